@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Set up streamdi on this machine and run it: the two commands of the README.
+
+    python3 bootstrap.py run    # set up, then run the pipeline on the bundled sample (`streamdi run --sample`)
+    python3 bootstrap.py test   # set up, then run the whole test suite (pytest)
+
+Setting up means: a virtual environment in `.venv` with streamdi and its pinned dependencies (installed with
+uv for speed, pip as a fallback; skipped when `pyproject.toml` has not changed), and a Java runtime that can
+run Spark 4 (found via JAVA_HOME or PATH; otherwise installed with the system package manager when this
+process may, else a clear message says what to install). Only the Python standard library is used here.
+Extra arguments after the command are passed on (`python3 bootstrap.py test -k lake`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".streamdi-installed"
+MIN_PYTHON = (3, 11)
+
+
+def say(message: str) -> None:
+    print(f"[bootstrap] {message}", flush=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"[bootstrap] ERROR: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def run(cmd: list[str], **kwargs) -> None:
+    subprocess.run(cmd, check=True, **kwargs)
+
+
+def _can_sudo() -> list[str] | None:
+    if os.geteuid() == 0:
+        return []
+    if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+        return ["sudo", "-n"]
+    return None
+
+
+def apt_install(*packages: str) -> bool:
+    """Install Debian/Ubuntu packages when we may; False when there is no apt-get or no permission."""
+    prefix = _can_sudo()
+    if not shutil.which("apt-get") or prefix is None:
+        return False
+    say(f"installing {' '.join(packages)} with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run([*prefix, "apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL)
+    run([*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], env=env,
+        stdout=subprocess.DEVNULL)
+    return True
+
+
+def ensure_venv() -> None:
+    if (BIN / "python").exists():
+        return
+    say(f"creating virtual environment {VENV}")
+    result = subprocess.run([sys.executable, "-m", "venv", str(VENV)], capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(VENV, ignore_errors=True)
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        if apt_install(f"{version}-venv"):
+            run([sys.executable, "-m", "venv", str(VENV)])
+        else:
+            fail(f"could not create a virtual environment ({result.stderr.strip()}).\n"
+                 f"Install the venv module (Debian/Ubuntu: apt-get install {version}-venv) and rerun.")
+
+
+def ensure_packages() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_bytes()
+    digest = hashlib.sha256(pyproject).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    say("installing streamdi and its pinned dependencies into .venv (first time: about a minute)")
+    if not (BIN / "uv").exists():
+        run([str(BIN / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "uv"])
+    try:
+        run([str(BIN / "uv"), "pip", "install", "-q", "--python", str(BIN / "python"), "-e", f"{ROOT}[dev]"])
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        say("uv failed; falling back to pip")
+        run([str(BIN / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", f"{ROOT}[dev]"])
+    # A second copy of pyspark (pyspark-client / pyspark-connect) would shadow the real one.
+    listed = subprocess.run([str(BIN / "python"), "-m", "pip", "list", "--format=freeze"], capture_output=True,
+                            text=True).stdout.lower()
+    for bad in ("pyspark-client==", "pyspark-connect=="):
+        if bad in listed:
+            fail(f"{bad.rstrip('=')} got installed next to pyspark; remove it from the dependencies.")
+    STAMP.write_text(digest)
+
+
+def _java_module():
+    spec = importlib.util.spec_from_file_location("streamdi_java", ROOT / "streamdi" / "java.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ensure_java() -> None:
+    java = _java_module()
+    try:
+        runtime = java.find_java()
+        say(f"Java {runtime.version} at {runtime.java}")
+        return
+    except java.JavaNotUsable as exc:
+        problem = str(exc)
+    say("no usable Java runtime for Spark: " + problem.splitlines()[0])
+    if os.environ.get("JAVA_HOME"):
+        fail(f"{problem}\n(JAVA_HOME is set, so bootstrap will not install another runtime; fix or unset it.)")
+    if apt_install("openjdk-17-jre-headless"):
+        try:
+            runtime = java.find_java()
+            say(f"installed Java {runtime.version} at {runtime.java}")
+            return
+        except java.JavaNotUsable as exc:
+            problem = str(exc)
+    fail(problem)
+
+
+def setup() -> None:
+    if sys.version_info < MIN_PYTHON:
+        fail(f"streamdi needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is {sys.version.split()[0]}")
+    ensure_venv()
+    ensure_packages()
+    ensure_java()
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("run", "test", "setup"):
+        print(__doc__)
+        return 2
+    command, extra = argv[0], argv[1:]
+    setup()
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if command == "setup":
+        return 0
+    if command == "run":
+        return subprocess.call([str(BIN / "streamdi"), "run", "--sample", *extra], env=env)
+    return subprocess.call([str(BIN / "python"), "-m", "pytest", *extra], env=env, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,155 @@
+"""The declaration language: columns with logical types, source files and tables.
+
+Logical types (one string each) map to Spark, Arrow and PostgreSQL types:
+
+| logical        | Spark            | Arrow                 | PostgreSQL        |
+|----------------|------------------|-----------------------|-------------------|
+| int            | IntegerType      | int32                 | integer           |
+| bigint         | LongType         | int64                 | bigint            |
+| double         | DoubleType       | float64               | double precision  |
+| decimal(p,s)   | DecimalType(p,s) | decimal128(p,s)       | numeric(p,s)      |
+| string         | StringType       | large_string          | text              |
+| boolean        | BooleanType      | bool_                 | boolean           |
+| date           | DateType         | date32                | date              |
+| timestamp      | TimestampType    | timestamp(us, UTC)    | timestamp         |
+| time           | StringType       | large_string          | time              |
+
+`time` is kept as `HH:MM:SS` text in Delta (Delta has no time type) and becomes a real `time` in PostgreSQL.
+Timestamps are zone-less in TPC-DI; the platform runs Spark in UTC so they round-trip unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+_SIMPLE = {"int", "bigint", "double", "string", "boolean", "date", "timestamp", "time"}
+
+
+def check_logical_type(logical: str) -> str:
+    if logical in _SIMPLE or _DECIMAL.fullmatch(logical):
+        return logical
+    raise ValueError(f"unknown logical type {logical!r}; expected one of {sorted(_SIMPLE)} or decimal(p,s)")
+
+
+def decimal_precision(logical: str) -> tuple[int, int] | None:
+    m = _DECIMAL.fullmatch(logical)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def spark_type(logical: str) -> T.DataType:
+    dec = decimal_precision(logical)
+    if dec:
+        return T.DecimalType(*dec)
+    return {
+        "int": T.IntegerType(),
+        "bigint": T.LongType(),
+        "double": T.DoubleType(),
+        "string": T.StringType(),
+        "boolean": T.BooleanType(),
+        "date": T.DateType(),
+        "timestamp": T.TimestampType(),
+        "time": T.StringType(),
+    }[check_logical_type(logical)]
+
+
+def arrow_type(logical: str) -> pa.DataType:
+    dec = decimal_precision(logical)
+    if dec:
+        return pa.decimal128(*dec)
+    return {
+        "int": pa.int32(),
+        "bigint": pa.int64(),
+        "double": pa.float64(),
+        "string": pa.large_string(),
+        "boolean": pa.bool_(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+        "time": pa.large_string(),
+    }[check_logical_type(logical)]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column. `fmt` is the text format for dates/timestamps in source files (Spark datetime pattern)."""
+
+    name: str
+    type: str
+    nullable: bool = True
+    doc: str = ""
+    fmt: str | None = None
+
+    def __post_init__(self) -> None:
+        check_logical_type(self.type)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta (and, for the warehouse, PostgreSQL) table.
+
+    `layer` is `staging`, `warehouse` or `platform`; `key` lists the columns that identify a row (the
+    PostgreSQL primary key and the MERGE/upsert key); `order_by` fixes the row order of every write so the
+    same input gives the same files.
+    """
+
+    name: str
+    layer: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...] = ()
+    order_by: tuple[str, ...] = ()
+    doc: str = ""
+    pg_indexes: tuple[tuple[str, ...], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: duplicate column names")
+        for col in (*self.key, *self.order_by, *(c for idx in self.pg_indexes for c in idx)):
+            if col not in names:
+                raise ValueError(f"{self.name}: unknown column {col!r} in key/order/index")
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.layer}.{self.name}"
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name!r}")
+
+    def spark_schema(self) -> T.StructType:
+        return T.StructType([T.StructField(c.name, spark_type(c.type), c.nullable) for c in self.columns])
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, arrow_type(c.type), c.nullable) for c in self.columns])
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A TPC-DI source file in the official generator's format.
+
+    `pattern` is a glob on the file name (landing files may carry a prefix or suffix, e.g. drip splits);
+    `delimiter` is `|` or `,`; `columns` are the fields in file order; `staging` is the staging table
+    derived from it (the columns plus lineage).
+    """
+
+    name: str
+    pattern: str
+    delimiter: str
+    columns: tuple[Column, ...]
+    doc: str = ""
+
+    @property
+    def staging(self) -> Table:
+        from schemas.staging import staging_table_for
+
+        return staging_table_for(self)

@@ -1,0 +1,242 @@
+"""The `streamdi` command line. Every command calls the same job functions the Airflow DAGs call."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from importlib import metadata
+from importlib.resources import files as package_files
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from streamdi.settings import Settings, load_settings
+
+app = typer.Typer(
+    help="streamdi: TPC-DI as a stream of ordered micro-batches (landing files -> Delta Lake -> PostgreSQL).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="The embedded PostgreSQL server.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+err = Console(stderr=True)
+
+SAMPLE = "sample"
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what every step does.")] = False) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command()
+def config() -> None:
+    """Print the effective settings (environment variables and defaults), secrets masked."""
+    settings = load_settings()
+    table = RichTable("setting", "value", title="streamdi settings")
+    for key, value in settings.public_view().items():
+        table.add_row(key, value)
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------- doctor
+def _versions() -> str:
+    names = ["pyspark", "deltalake", "psycopg", "pyarrow", "pandas", "apache-airflow", "great-expectations"]
+    parts = [f"python {sys.version.split()[0]}"]
+    for name in names:
+        try:
+            parts.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name} MISSING")
+    return ", ".join(parts)
+
+
+@app.command()
+def doctor() -> None:
+    """Check Java, Spark, the lake and PostgreSQL; print versions. Exits non-zero if any check fails."""
+    from streamdi.java import JavaNotUsable, find_java
+
+    settings = load_settings()
+    results: list[tuple[str, bool, str]] = [("versions", True, _versions())]
+    spark = None
+    try:
+        runtime = find_java()
+        results.append(("java", True, f"Java {runtime.version} at {runtime.java}"))
+    except JavaNotUsable as exc:
+        results.append(("java", False, str(exc)))
+    if results[-1][1]:
+        try:
+            from streamdi.spark import get_spark
+
+            started = time.perf_counter()
+            spark = get_spark(settings, app_name="streamdi-doctor")
+            n = spark.range(1000).selectExpr("sum(id) AS s").first()["s"]
+            if n != 499500:
+                raise RuntimeError(f"sum of 0..999 came back as {n}")
+            results.append(
+                ("spark", True, f"Spark {spark.version} on {settings.spark_master} "
+                                f"({time.perf_counter() - started:.1f}s to start and run a job)")
+            )
+        except Exception as exc:  # noqa: BLE001 - doctor reports every failure
+            results.append(("spark", False, f"Spark did not start: {exc}"))
+    else:
+        results.append(("spark", False, "skipped: no usable Java"))
+    results.append(_check_lake(settings, spark))
+    results.append(_check_postgres(settings))
+
+    table = RichTable("check", "status", "detail", title="streamdi doctor", show_lines=True)
+    for name, ok, detail in results:
+        table.add_row(name, "[green]OK[/green]" if ok else "[red]FAIL[/red]", detail)
+    console.print(table)
+    if not all(ok for _, ok, _ in results):
+        err.print("[red]streamdi doctor: some checks failed (see above).[/red]")
+        raise typer.Exit(1)
+
+
+def _check_lake(settings: Settings, spark) -> tuple[str, bool, str]:
+    import pyarrow as pa
+
+    from schemas.model import Column, Table
+    from streamdi.lake import Lake
+
+    probe = Table("doctor_probe", "platform", (Column("id", "int", False), Column("name", "string")), key=("id",),
+                  order_by=("id",))
+    root = settings.home / "doctor" / f"lake-{int(time.time() * 1000)}"
+    try:
+        lake = Lake(root, spark)
+        rows = pa.table({"id": pa.array([1, 2], pa.int32()), "name": ["a", "b"]})
+        first = lake.append(probe, rows, app_id="doctor", version=1)
+        again = lake.append(probe, rows, app_id="doctor", version=1)
+        back = lake.read(probe).orderBy("id").collect() if spark else lake.read_arrow(probe).to_pylist()
+        got = [(r["id"], r["name"]) for r in back]
+        if not first.committed or again.committed or got != [(1, "a"), (2, "b")]:
+            return "lake", False, f"write/read mismatch at {root}: {got}"
+        return "lake", True, f"Delta write, idempotent retry and read back OK under {settings.lake_root.parent}"
+    except Exception as exc:  # noqa: BLE001
+        return "lake", False, f"Delta write/read failed at {root}: {exc}"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_postgres(settings: Settings) -> tuple[str, bool, str]:
+    try:
+        from streamdi.warehouse import open_warehouse
+
+        warehouse = open_warehouse(settings)
+        where = "DATABASE_URL" if settings.database_url else f"embedded server in {settings.pgdata}"
+        return "postgres", True, f"PostgreSQL {warehouse.server_version()} ({where})"
+    except Exception as exc:  # noqa: BLE001
+        return "postgres", False, f"PostgreSQL not reachable: {exc}"
+
+
+# ------------------------------------------------------------------------------------------------- run
+def deliver_sample(landing: Path) -> list[str]:
+    """Copy the bundled sample into the landing zone; files already there with the same bytes are left alone."""
+    sample_root = Path(str(package_files("streamdi") / SAMPLE))
+    delivered = []
+    for source in sorted(p for p in sample_root.rglob("*") if p.is_file()):
+        relative = source.relative_to(sample_root)
+        target = landing / relative
+        if target.exists() and target.read_bytes() == source.read_bytes():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(source, tmp)
+        tmp.replace(target)
+        delivered.append(relative.as_posix())
+    return delivered
+
+
+@app.command()
+def run(
+    sample: Annotated[
+        bool, typer.Option("--sample", help="First deliver the bundled TPC-DI reference sample into the landing zone.")
+    ] = False,
+    landing: Annotated[
+        Path | None, typer.Option(help="Landing directory to collect from (default: STREAMDI_LANDING).")
+    ] = None,
+) -> None:
+    """Collect new landing files into a micro-batch and run every pending batch: stage -> transform -> migrate."""
+    from streamdi.context import open_context
+    from streamdi.pipeline import run_pending
+
+    settings = Settings(landing=landing) if landing is not None else load_settings()
+    if sample:
+        delivered = deliver_sample(settings.landing_dir)
+        console.print(f"sample: delivered {len(delivered)} file(s) into {settings.landing_dir}")
+    started = time.perf_counter()
+    ctx = open_context(settings)
+
+    def show_plan(plan: list[tuple[int, str]]) -> None:
+        if plan:
+            console.print(f"{len(plan)} step(s) to run: " + ", ".join(f"batch {b} {s}" for b, s in plan))
+
+    def show_step(step) -> None:
+        d = step.detail
+        if step.stage == "stage":
+            text = f"read {d['read']} lines: staged {d['staged']}, rejected {d['rejected']}"
+            if d["unknown_files"]:
+                text += f"; not staged (no declared source): {', '.join(d['unknown_files'])}"
+        else:
+            text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
+        console.print(f"  batch {step.batch_id} {step.stage:<9} done: {text}")
+
+    report = run_pending(ctx, on_plan=show_plan, on_step=show_step)
+    if report.collected.batch_id is not None:
+        console.print(
+            f"collected batch {report.collected.batch_id}: {len(report.collected.files)} new file(s) "
+            f"from {settings.landing_dir}"
+        )
+    if report.nothing_to_do:
+        console.print(f"nothing new arrived in {settings.landing_dir}; every batch is already done.")
+    for name in report.collected.changed:
+        err.print(f"[yellow]warning: {name} changed after it was collected; ignored[/yellow]")
+    console.print(f"finished in {time.perf_counter() - started:.1f}s")
+
+
+@app.command()
+def batches() -> None:
+    """Show the batch log: every micro-batch, its files and the state of each stage."""
+    from streamdi.batchlog import STAGES, BatchLog
+    from streamdi.lake import Lake
+
+    settings = load_settings()
+    rows = BatchLog(Lake(settings.lake_root)).summary()
+    table = RichTable("batch", "files", "TPC-DI batch", "arrived", *STAGES, title="batch log")
+    for r in rows:
+        table.add_row(
+            str(r["batch_id"]), str(r["files"]), ",".join(map(str, r["source_batches"])),
+            r["arrived_at"].strftime("%Y-%m-%d %H:%M:%S"), *(r[s] for s in STAGES)
+        )
+    console.print(table if rows else "the batch log is empty")
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL server (no effect with DATABASE_URL)."""
+    from streamdi.embedded_pg import stop_server
+
+    settings = load_settings()
+    if settings.database_url:
+        console.print("DATABASE_URL is set: no embedded server to stop.")
+        return
+    stop_server(settings)
+    console.print(f"embedded PostgreSQL in {settings.pgdata} stopped.")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

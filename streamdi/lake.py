@@ -1,0 +1,259 @@
+"""The Delta Lake: the only module that touches Delta tables (through delta-rs, the `deltalake` package).
+
+Spark does the compute; this module moves DataFrames in and out of Delta tables:
+
+- `read` gives a table snapshot as a Spark DataFrame (the snapshot's Parquet files, read by Spark);
+- `append`, `overwrite` and `upsert` commit a Spark DataFrame **with an app transaction** `(app_id, version)`:
+  the table's last recorded version for `app_id` is checked first (under a per-table lock) and a commit
+  whose version is not newer is skipped, so a retried or replayed commit is a no-op. delta-rs records app
+  transactions but does not enforce them, hence the check here;
+- `changes` reads the change data feed between two versions;
+- every table is created from its declared schema with the change data feed on, and without deletion
+  vectors or column mapping, so any Delta engine can read it.
+
+Rows are sorted by the table's declared `order_by` before each write, so the same input always gives the
+same files (determinism does not depend on Spark partitioning). delta-rs must not be used in a process that
+forks afterwards: start helper processes with `spawn` or `subprocess`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas.model import Table
+from streamdi.faults import fault_point
+
+log = logging.getLogger(__name__)
+
+TABLE_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    # Keep the log readable by every Delta engine: no deletion vectors, no column mapping.
+    "delta.enableDeletionVectors": "false",
+}
+METADATA_APP_ID = "streamdi.app_id"
+METADATA_VERSION = "streamdi.txn_version"
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a write did: `committed` is False when the app transaction had already been recorded."""
+
+    table: str
+    app_id: str
+    txn_version: int
+    committed: bool
+    table_version: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One entry of a table's history, with the app transaction streamdi attached to it (if any)."""
+
+    table_version: int
+    operation: str
+    app_id: str | None
+    txn_version: int | None
+
+
+class Lake:
+    """Delta tables under one root directory: `<root>/<layer>/<table>`."""
+
+    def __init__(self, root: Path, spark: SparkSession | None = None) -> None:
+        self.root = Path(root).absolute()
+        self.spark = spark
+
+    # ----------------------------------------------------------------------------------------- layout
+    def path(self, table: Table) -> Path:
+        return self.root / table.layer / table.name
+
+    def exists(self, table: Table) -> bool:
+        return DeltaTable.is_deltatable(str(self.path(table)))
+
+    def ensure_table(self, table: Table) -> None:
+        """Create `table` (empty, declared schema, change feed on) unless it exists; check the schema if it does."""
+        if self.exists(table):
+            self._check_schema(table)
+            return
+        path = self.path(table)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.lock(table.qualified_name):
+            DeltaTable.create(
+                str(path),
+                schema=table.arrow_schema(),
+                mode="ignore",
+                name=table.name,
+                description=table.doc or None,
+                configuration=TABLE_PROPERTIES,
+            )
+        log.info("created Delta table %s at %s", table.qualified_name, path)
+
+    def _check_schema(self, table: Table) -> None:
+        actual = [f.name for f in self._delta(table).schema().fields]
+        if actual != table.column_names:
+            raise RuntimeError(
+                f"Delta table {table.qualified_name} at {self.path(table)} has columns {actual}, "
+                f"but the declaration in schemas/ says {table.column_names}. Migrate or remove the table."
+            )
+
+    def _delta(self, table: Table, version: int | None = None) -> DeltaTable:
+        if not self.exists(table):
+            raise FileNotFoundError(f"Delta table {table.qualified_name} does not exist at {self.path(table)}")
+        return DeltaTable(str(self.path(table)), version=version)
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """An exclusive lock across processes on this machine (check-then-commit must not interleave).
+
+        Not re-entrant: never take the same name twice in one process.
+        """
+        lock_dir = self.root / "_locks"
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        with open(lock_dir / f"{name}.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # ----------------------------------------------------------------------------------------- reads
+    def version(self, table: Table) -> int:
+        return self._delta(table).version()
+
+    def committed_version(self, table: Table, app_id: str) -> int | None:
+        """Last transaction version recorded for `app_id` on `table` (None if never)."""
+        return self._delta(table).transaction_version(app_id)
+
+    def read(self, table: Table, version: int | None = None) -> DataFrame:
+        """The table's snapshot (latest, or at `version`) as a Spark DataFrame with the declared schema."""
+        spark = self._spark()
+        files = self._delta(table, version).file_uris()
+        if not files:
+            return spark.createDataFrame([], table.spark_schema())
+        return (
+            spark.read.schema(table.spark_schema())
+            .option("basePath", str(self.path(table)))
+            .parquet(*files)
+            .select(*table.column_names)
+        )
+
+    def read_arrow(self, table: Table, version: int | None = None) -> pa.Table:
+        """The snapshot as an Arrow table, sorted by the declared order (for small tables and tests)."""
+        data = self._delta(table, version).to_pyarrow_table()
+        return _sorted(data.select(table.column_names), table)
+
+    def changes(self, table: Table, start_version: int, end_version: int | None = None) -> pa.Table:
+        """Change data feed rows with `start_version <= _commit_version <= end_version`.
+
+        Columns: the table's columns plus `_change_type` (insert, update_preimage, update_postimage, delete)
+        and `_commit_version`.
+        """
+        reader = self._delta(table).load_cdf(starting_version=start_version, ending_version=end_version)
+        data = pa.RecordBatchReader.from_stream(reader).read_all()
+        return data.drop_columns([c for c in data.column_names if c == "_commit_timestamp"])
+
+    def history(self, table: Table) -> list[CommitInfo]:
+        """Commits of the table, oldest first, with the app transaction each one carried."""
+        infos = []
+        for entry in self._delta(table).history():
+            app_id = entry.get(METADATA_APP_ID)
+            txn = entry.get(METADATA_VERSION)
+            infos.append(
+                CommitInfo(
+                    table_version=int(entry["version"]),
+                    operation=str(entry.get("operation", "")),
+                    app_id=app_id,
+                    txn_version=int(txn) if txn is not None else None,
+                )
+            )
+        return sorted(infos, key=lambda c: c.table_version)
+
+    # ----------------------------------------------------------------------------------------- writes
+    def append(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:
+        """Append the rows once: a repeated `(app_id, version)` (or an older version) is skipped."""
+        return self._commit(table, df, app_id, version, mode="append")
+
+    def overwrite(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:
+        """Replace the table's content once per `(app_id, version)`."""
+        return self._commit(table, df, app_id, version, mode="overwrite")
+
+    def upsert(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:
+        """MERGE the rows on the table's key: insert new keys, update changed rows, leave equal rows alone.
+
+        Skipped when `(app_id, version)` is already recorded. The source must hold at most one row per key.
+        """
+        if not table.key:
+            raise ValueError(f"{table.qualified_name} declares no key; upsert needs one")
+        return self._commit(table, df, app_id, version, mode="merge")
+
+    def _commit(self, table: Table, df: DataFrame | pa.Table, app_id: str, version: int, mode: str) -> CommitResult:
+        self.ensure_table(table)
+        data = self.to_arrow(table, df)
+        with self.lock(table.qualified_name):
+            delta = self._delta(table)
+            done = delta.transaction_version(app_id)
+            if done is not None and done >= version:
+                log.info("skip %s %s: app transaction %s already at %s", mode, table.qualified_name, app_id, done)
+                return CommitResult(table.qualified_name, app_id, version, False, delta.version(), 0)
+            props = CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)],
+                custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
+            )
+            fault_point("lake.before_commit")
+            if mode == "merge":
+                self._merge(delta, table, data, props)
+            else:
+                write_deltalake(delta, data, mode=mode, commit_properties=props)
+            fault_point("lake.after_commit")
+            new_version = self._delta(table).version()
+        log.info("%s %s rows into %s as %s@%s -> v%s", mode, data.num_rows, table.qualified_name, app_id, version,
+                 new_version)
+        return CommitResult(table.qualified_name, app_id, version, True, new_version, data.num_rows)
+
+    @staticmethod
+    def _merge(delta: DeltaTable, table: Table, data: pa.Table, props: CommitProperties) -> None:
+        on = " AND ".join(f"t.{k} = s.{k}" for k in table.key)
+        values = [c for c in table.column_names if c not in table.key]
+        merger = delta.merge(
+            source=data, predicate=on, source_alias="s", target_alias="t", commit_properties=props
+        )
+        if values:
+            changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
+            merger = merger.when_matched_update_all(predicate=changed)
+        merger.when_not_matched_insert_all().execute()
+
+    def to_arrow(self, table: Table, df: DataFrame | pa.Table) -> pa.Table:
+        """Rows of `df` as an Arrow table with exactly the declared schema, in the declared order."""
+        if isinstance(df, DataFrame):
+            missing = [c for c in table.column_names if c not in df.columns]
+            if missing:
+                raise ValueError(f"{table.qualified_name}: DataFrame lacks declared columns {missing}")
+            spark_schema = table.spark_schema()
+            df = df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
+            data = df.toArrow()
+        else:
+            data = df.select(table.column_names)
+        data = data.cast(table.arrow_schema())
+        return _sorted(data, table)
+
+    def _spark(self) -> SparkSession:
+        if self.spark is None:
+            raise RuntimeError("this Lake was opened without a SparkSession; pass one to read DataFrames")
+        return self.spark
+
+
+def _sorted(data: pa.Table, table: Table) -> pa.Table:
+    order = table.order_by or table.key
+    if not order or data.num_rows == 0:
+        return data
+    return data.sort_by([(c, "ascending") for c in order])

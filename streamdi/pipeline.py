@@ -1,0 +1,117 @@
+"""The batch dataflow: collect -> stage -> transform -> migrate, driven by the batch log.
+
+Each stage is one job function taking the context and a batch id; the CLI and the Airflow DAGs call these
+same functions. `run_pending` does everything that is left, oldest batch first and in stage order, and
+records each finished stage in the batch log, so after a crash the next call resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jobs import reference, stage
+from schemas.warehouse import WAREHOUSE_TABLES
+from streamdi.batchlog import BatchLog
+from streamdi.collector import CollectResult, collect
+from streamdi.context import JobContext
+from streamdi.faults import fault_point
+from streamdi.migrator import migrate_batch
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> dt.datetime:
+    """Wall clock for platform bookkeeping only (batch log, metrics); never used in transforms."""
+    return dt.datetime.now(dt.UTC)
+
+
+def collect_job(ctx: JobContext) -> CollectResult:
+    """Register new landing files as the next micro-batch."""
+    ctx.settings.landing_dir.mkdir(parents=True, exist_ok=True)
+    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=_now())
+
+
+def stage_job(ctx: JobContext, batch_id: int) -> dict:
+    batch_log = BatchLog(ctx.lake)
+    report = stage.run(ctx, batch_id, batch_log.files(batch_id))
+    detail = {
+        "read": report.read,
+        "staged": report.staged,
+        "rejected": report.rejected,
+        "unknown_files": report.unknown_files,
+    }
+    fault_point("pipeline.before_mark_stage")
+    batch_log.mark(batch_id, "stage", "done", now=_now(), detail=detail)
+    return detail
+
+
+def transform_job(ctx: JobContext, batch_id: int) -> dict:
+    batch_log = BatchLog(ctx.lake)
+    arrival = ctx.spark.createDataFrame(
+        [(f.file, f.file_seq) for f in batch_log.files(batch_id)], "source_file string, file_seq int"
+    )
+    report = reference.run(ctx, batch_id, arrival)
+    detail = {"rows": report.rows}
+    fault_point("pipeline.before_mark_transform")
+    batch_log.mark(batch_id, "transform", "done", now=_now(), detail=detail)
+    return detail
+
+
+def migrate_job(ctx: JobContext, batch_id: int) -> dict:
+    batch_log = BatchLog(ctx.lake)
+    warehouse = ctx.warehouse
+    warehouse.ensure_objects(WAREHOUSE_TABLES)
+    report = migrate_batch(ctx.lake, warehouse, batch_id)
+    detail = {"rows": report.tables, "versions": report.versions}
+    fault_point("pipeline.before_mark_migrate")
+    batch_log.mark(batch_id, "migrate", "done", now=_now(), detail=detail)
+    return detail
+
+
+STAGE_JOBS: dict[str, Callable[[JobContext, int], dict]] = {
+    "stage": stage_job,
+    "transform": transform_job,
+    "migrate": migrate_job,
+}
+
+
+@dataclass
+class StepResult:
+    batch_id: int
+    stage: str
+    detail: dict
+
+
+@dataclass
+class RunReport:
+    collected: CollectResult
+    steps: list[StepResult] = field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return self.collected.batch_id is None and not self.steps
+
+
+def run_pending(
+    ctx: JobContext,
+    *,
+    on_plan: Callable[[list[tuple[int, str]]], None] | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+) -> RunReport:
+    """Collect new files, then run every pending (batch, stage) in order until all are done."""
+    collected = collect_job(ctx)
+    batch_log = BatchLog(ctx.lake)
+    plan = batch_log.pending()
+    if on_plan:
+        on_plan(plan)
+    report = RunReport(collected=collected)
+    for batch_id, stage_name in plan:
+        detail = STAGE_JOBS[stage_name](ctx, batch_id)
+        step = StepResult(batch_id, stage_name, detail)
+        report.steps.append(step)
+        if on_step:
+            on_step(step)
+    return report

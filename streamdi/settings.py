@@ -1,0 +1,89 @@
+"""One typed settings object for the whole platform, read from the environment.
+
+Every knob is an environment variable `STREAMDI_<FIELD>` (plus the conventional `DATABASE_URL`), with a
+safe default so that a fresh machine needs no configuration at all. Secrets come only from the
+environment; `Settings.public_view()` masks them for display (`streamdi config`).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_SECRET_IN_URL = re.compile(r"(?P<head>://[^:/@]+:)(?P<secret>[^@]*)(?P<tail>@)")
+
+
+def mask_url(url: str | None) -> str | None:
+    """Hide the password of a connection URL (`postgresql://u:secret@h/db` -> `postgresql://u:***@h/db`)."""
+    if url is None:
+        return None
+    return _SECRET_IN_URL.sub(lambda m: f"{m['head']}***{m['tail']}", url)
+
+
+class Settings(BaseSettings):
+    """Effective configuration. Paths left unset derive from `home`."""
+
+    model_config = SettingsConfigDict(env_prefix="STREAMDI_", extra="ignore", frozen=True, populate_by_name=True)
+
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".streamdi",
+        description="Root for everything streamdi keeps on disk (lake, landing zone, embedded Postgres).",
+    )
+    lake: Path | None = Field(default=None, description="Delta Lake root (default: <home>/lake).")
+    landing: Path | None = Field(default=None, description="Landing zone for source files (default: <home>/landing).")
+    spark_master: str = Field(default="local[*]", description="Spark master URL (local[*], spark://host:7077, k8s://...).")
+    spark_ui: bool = Field(default=False, description="Start the Spark web UI.")
+    spark_shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions.")
+    spark_driver_memory: str = Field(default="2g", description="spark.driver.memory.")
+    database_url: str | None = Field(
+        default=None,
+        validation_alias="DATABASE_URL",
+        description="PostgreSQL URL; when unset an embedded server is started under <home>/pgdata.",
+    )
+    pg_database: str = Field(default="streamdi", description="Database name used on the embedded server.")
+    reader_password: str | None = Field(
+        default=None, description="Password for the read-only reporting role (none: trust/peer auth only)."
+    )
+    loader_password: str | None = Field(default=None, description="Password for the loader role.")
+
+    @cached_property
+    def lake_root(self) -> Path:
+        return (self.lake or self.home / "lake").absolute()
+
+    @cached_property
+    def landing_dir(self) -> Path:
+        return (self.landing or self.home / "landing").absolute()
+
+    @cached_property
+    def pgdata(self) -> Path:
+        return (self.home / "pgdata").absolute()
+
+    @cached_property
+    def uses_embedded_postgres(self) -> bool:
+        return not self.database_url
+
+    def public_view(self) -> dict[str, str]:
+        """Effective settings as display strings, secrets masked."""
+        secret = "***"
+        return {
+            "STREAMDI_HOME": str(self.home.absolute()),
+            "STREAMDI_LAKE": str(self.lake_root),
+            "STREAMDI_LANDING": str(self.landing_dir),
+            "STREAMDI_SPARK_MASTER": self.spark_master,
+            "STREAMDI_SPARK_UI": str(self.spark_ui).lower(),
+            "STREAMDI_SPARK_SHUFFLE_PARTITIONS": str(self.spark_shuffle_partitions),
+            "STREAMDI_SPARK_DRIVER_MEMORY": self.spark_driver_memory,
+            "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
+            "STREAMDI_PG_DATABASE": self.pg_database,
+            "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",
+            "STREAMDI_READER_PASSWORD": secret if self.reader_password else "(unset)",
+        }
+
+
+def load_settings() -> Settings:
+    """Read the settings from the current environment (no caching: tests change the environment)."""
+    return Settings()

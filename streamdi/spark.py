@@ -1,0 +1,49 @@
+"""SparkSession factory: `local[*]` by default, any master URL by setting, UI off unless asked for.
+
+Sessions run in UTC so that TPC-DI's zone-less timestamps round-trip unchanged through Arrow, Delta and
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from streamdi.java import find_java
+from streamdi.settings import Settings
+
+
+def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
+    """Return the process's SparkSession, creating it from `settings` on first use.
+
+    Raises `streamdi.java.JavaNotUsable` (with install instructions) before Spark tries to start a JVM
+    that cannot work.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    runtime = find_java()
+    os.environ["JAVA_HOME"] = str(runtime.home)
+    # Workers must use this interpreter, not whatever `python3` is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(settings.spark_master)
+        .appName(app_name)
+        .config("spark.ui.enabled", str(settings.spark_ui).lower())
+        .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.ansi.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+    )
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

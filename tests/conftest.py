@@ -1,0 +1,64 @@
+"""Shared fixtures: real SparkSession, real Delta tables on disk, real PostgreSQL.
+
+- `settings`: a Settings object whose home is a per-session temporary directory (or `STREAMDI_TEST_HOME`).
+- `spark`: one session-scoped SparkSession (`local[2]`, UI off, few shuffle partitions).
+- `lake_dir`: a fresh lake directory per test module.
+- `warehouse`: a session-scoped real PostgreSQL (embedded server, or `DATABASE_URL` when set).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from streamdi.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_SAMPLE = REPO.parent / "shared" / "tpcdi-sample"
+
+
+@pytest.fixture(scope="session")
+def streamdi_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("streamdi-home")
+
+
+@pytest.fixture(scope="session")
+def settings(streamdi_home: Path) -> Settings:
+    return Settings(
+        home=streamdi_home,
+        spark_master="local[2]",
+        spark_shuffle_partitions=2,
+        spark_driver_memory="1g",
+        database_url=os.environ.get("DATABASE_URL") or None,
+    )
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings):
+    from streamdi.spark import get_spark
+
+    session = get_spark(settings, app_name="streamdi-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lake")
+
+
+@pytest.fixture(scope="session")
+def warehouse(settings: Settings):
+    """An opened Warehouse on a real PostgreSQL: `DATABASE_URL` when set, else the embedded server under the
+    test home (stopped at session end). Schemas, roles and the ledger exist; call
+    `warehouse.ensure_objects(tables)` for the tables a test needs."""
+    from streamdi import embedded_pg
+    from streamdi.warehouse import open_warehouse
+
+    wh = open_warehouse(settings)
+    wh.ensure_objects(())
+    yield wh
+    if settings.uses_embedded_postgres:
+        embedded_pg.stop_server(settings)
