@@ -57,8 +57,11 @@ def apt_install(*packages: str) -> bool:
     say(f"installing {' '.join(packages)} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     run([*prefix, "apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL)
-    run([*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], env=env,
-        stdout=subprocess.DEVNULL)
+    run(
+        [*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     return True
 
 
@@ -73,8 +76,10 @@ def ensure_venv() -> None:
         if apt_install(f"{version}-venv"):
             run([sys.executable, "-m", "venv", str(VENV)])
         else:
-            fail(f"could not create a virtual environment ({result.stderr.strip()}).\n"
-                 f"Install the venv module (Debian/Ubuntu: apt-get install {version}-venv) and rerun.")
+            fail(
+                f"could not create a virtual environment ({result.stderr.strip()}).\n"
+                f"Install the venv module (Debian/Ubuntu: apt-get install {version}-venv) and rerun."
+            )
 
 
 def ensure_packages() -> None:
@@ -89,10 +94,22 @@ def ensure_packages() -> None:
         run([str(BIN / "uv"), "pip", "install", "-q", "--python", str(BIN / "python"), "-e", f"{ROOT}[dev]"])
     except (subprocess.CalledProcessError, FileNotFoundError):
         say("uv failed; falling back to pip")
-        run([str(BIN / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", f"{ROOT}[dev]"])
+        run(
+            [
+                str(BIN / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-e",
+                f"{ROOT}[dev]",
+            ]
+        )
     # A second copy of pyspark (pyspark-client / pyspark-connect) would shadow the real one.
-    listed = subprocess.run([str(BIN / "python"), "-m", "pip", "list", "--format=freeze"], capture_output=True,
-                            text=True).stdout.lower()
+    listed = subprocess.run(
+        [str(BIN / "python"), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
+    ).stdout.lower()
     for bad in ("pyspark-client==", "pyspark-connect=="):
         if bad in listed:
             fail(f"{bad.rstrip('=')} got installed next to pyspark; remove it from the dependencies.")

@@ -171,7 +171,9 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
         ).cache()
         counts = FileReport(bf.file, source.name, lines.count(), staged.count(), rejected.count())
         if counts.read != counts.staged + counts.rejected:
-            raise AssertionError(f"{bf.file}: read {counts.read} != staged {counts.staged} + rejected {counts.rejected}")
+            raise AssertionError(
+                f"{bf.file}: read {counts.read} != staged {counts.staged} + rejected {counts.rejected}"
+            )
         if counts.rejected:
             log.warning("batch %s: %s: %d of %d lines rejected", batch_id, bf.file, counts.rejected, counts.read)
         report.files.append(counts)

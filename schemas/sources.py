@@ -96,7 +96,14 @@ BATCH_DATE = SourceFile(
     doc="One line: the date the batch's data was extracted.",
 )
 
-REFERENCE_SOURCES: tuple[SourceFile, ...] = (STATUS_TYPE, TRADE_TYPE, INDUSTRY, TAX_RATE, DATE_FILE, TIME_FILE)
+REFERENCE_SOURCES: tuple[SourceFile, ...] = (
+    STATUS_TYPE,
+    TRADE_TYPE,
+    INDUSTRY,
+    TAX_RATE,
+    DATE_FILE,
+    TIME_FILE,
+)
 ALL_SOURCES: tuple[SourceFile, ...] = (BATCH_DATE, *REFERENCE_SOURCES)
 
 

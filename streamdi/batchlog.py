@@ -126,9 +126,7 @@ class BatchLog:
     def pending(self) -> list[tuple[int, str]]:
         """What is left to do, in the order it must be done: (batch, stage) pairs, oldest batch first."""
         states = self.states()
-        return [
-            (b, stage) for b in self.batch_ids() for stage in STAGES if states.get((b, stage)) != DONE
-        ]
+        return [(b, stage) for b in self.batch_ids() for stage in STAGES if states.get((b, stage)) != DONE]
 
     def next_step(self) -> tuple[int, str] | None:
         """The next (batch, stage) to run, or None when everything registered is done."""

@@ -31,7 +31,9 @@ SAMPLE = "sample"
 
 
 @app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what every step does.")] = False) -> None:
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what every step does.")] = False,
+) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -84,8 +86,12 @@ def doctor() -> None:
             if n != 499500:
                 raise RuntimeError(f"sum of 0..999 came back as {n}")
             results.append(
-                ("spark", True, f"Spark {spark.version} on {settings.spark_master} "
-                                f"({time.perf_counter() - started:.1f}s to start and run a job)")
+                (
+                    "spark",
+                    True,
+                    f"Spark {spark.version} on {settings.spark_master} "
+                    f"({time.perf_counter() - started:.1f}s to start and run a job)",
+                )
             )
         except Exception as exc:  # noqa: BLE001 - doctor reports every failure
             results.append(("spark", False, f"Spark did not start: {exc}"))
@@ -109,8 +115,13 @@ def _check_lake(settings: Settings, spark) -> tuple[str, bool, str]:
     from schemas.model import Column, Table
     from streamdi.lake import Lake
 
-    probe = Table("doctor_probe", "platform", (Column("id", "int", False), Column("name", "string")), key=("id",),
-                  order_by=("id",))
+    probe = Table(
+        "doctor_probe",
+        "platform",
+        (Column("id", "int", False), Column("name", "string")),
+        key=("id",),
+        order_by=("id",),
+    )
     root = settings.home / "doctor" / f"lake-{int(time.time() * 1000)}"
     try:
         lake = Lake(root, spark)
@@ -121,7 +132,11 @@ def _check_lake(settings: Settings, spark) -> tuple[str, bool, str]:
         got = [(r["id"], r["name"]) for r in back]
         if not first.committed or again.committed or got != [(1, "a"), (2, "b")]:
             return "lake", False, f"write/read mismatch at {root}: {got}"
-        return "lake", True, f"Delta write, idempotent retry and read back OK under {settings.lake_root.parent}"
+        return (
+            "lake",
+            True,
+            f"Delta write, idempotent retry and read back OK under {settings.lake_root.parent}",
+        )
     except Exception as exc:  # noqa: BLE001
         return "lake", False, f"Delta write/read failed at {root}: {exc}"
     finally:
@@ -160,7 +175,8 @@ def deliver_sample(landing: Path) -> list[str]:
 @app.command()
 def run(
     sample: Annotated[
-        bool, typer.Option("--sample", help="First deliver the bundled TPC-DI reference sample into the landing zone.")
+        bool,
+        typer.Option("--sample", help="First deliver the bundled TPC-DI reference sample into the landing zone."),
     ] = False,
     landing: Annotated[
         Path | None, typer.Option(help="Landing directory to collect from (default: STREAMDI_LANDING).")
@@ -215,8 +231,11 @@ def batches() -> None:
     table = RichTable("batch", "files", "TPC-DI batch", "arrived", *STAGES, title="batch log")
     for r in rows:
         table.add_row(
-            str(r["batch_id"]), str(r["files"]), ",".join(map(str, r["source_batches"])),
-            r["arrived_at"].strftime("%Y-%m-%d %H:%M:%S"), *(r[s] for s in STAGES)
+            str(r["batch_id"]),
+            str(r["files"]),
+            ",".join(map(str, r["source_batches"])),
+            r["arrived_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            *(r[s] for s in STAGES),
         )
     console.print(table if rows else "the batch log is empty")
 

@@ -86,7 +86,11 @@ def collect(batch_log: BatchLog, landing: Path, *, now: dt.datetime) -> CollectR
             elif seen.sha256 != landed.sha256:
                 changed.append(landed.file)
         for name in changed:
-            log.warning("landing file %s changed after it was collected in batch %s; ignored "
-                        "(deliver corrections under a new name)", name, known[name].batch_id)
+            log.warning(
+                "landing file %s changed after it was collected in batch %s; ignored "
+                "(deliver corrections under a new name)",
+                name,
+                known[name].batch_id,
+            )
         batch_id = batch_log.register(new, now=now)
     return CollectResult(batch_id=batch_id, files=new, changed=changed)

@@ -160,7 +160,15 @@ class Lake:
         """
         reader = self._delta(table).load_cdf(starting_version=start_version, ending_version=end_version)
         data = pa.RecordBatchReader.from_stream(reader).read_all()
-        return data.drop_columns([c for c in data.column_names if c == "_commit_timestamp"])
+        # delta-rs returns string views and its own integer widths; give callers the declared types.
+        schema = pa.schema(
+            [
+                *table.arrow_schema(),
+                pa.field("_change_type", pa.string()),
+                pa.field("_commit_version", pa.int64()),
+            ]
+        )
+        return data.select(schema.names).cast(schema)
 
     def history(self, table: Table) -> list[CommitInfo]:
         """Commits of the table, oldest first, with the app transaction each one carried."""
@@ -211,22 +219,33 @@ class Lake:
             )
             fault_point("lake.before_commit")
             if mode == "merge":
+                read_version = delta.version()
                 self._merge(delta, table, data, props)
+                if self._delta(table).version() == read_version:
+                    # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
+                    # it; record the transaction in an empty commit so a replay is still skipped.
+                    empty = data.slice(0, 0)
+                    write_deltalake(self._delta(table), empty, mode="append", commit_properties=props)
             else:
                 write_deltalake(delta, data, mode=mode, commit_properties=props)
             fault_point("lake.after_commit")
             new_version = self._delta(table).version()
-        log.info("%s %s rows into %s as %s@%s -> v%s", mode, data.num_rows, table.qualified_name, app_id, version,
-                 new_version)
+        log.info(
+            "%s %s rows into %s as %s@%s -> v%s",
+            mode,
+            data.num_rows,
+            table.qualified_name,
+            app_id,
+            version,
+            new_version,
+        )
         return CommitResult(table.qualified_name, app_id, version, True, new_version, data.num_rows)
 
     @staticmethod
     def _merge(delta: DeltaTable, table: Table, data: pa.Table, props: CommitProperties) -> None:
         on = " AND ".join(f"t.{k} = s.{k}" for k in table.key)
         values = [c for c in table.column_names if c not in table.key]
-        merger = delta.merge(
-            source=data, predicate=on, source_alias="s", target_alias="t", commit_properties=props
-        )
+        merger = delta.merge(source=data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
         if values:
             changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
             merger = merger.when_matched_update_all(predicate=changed)

@@ -75,7 +75,9 @@ class MigrationReport:
     versions: dict[str, int]
 
 
-def migrate_batch(lake: Lake, warehouse, batch_id: int, tables: tuple[Table, ...] = WAREHOUSE_TABLES) -> MigrationReport:
+def migrate_batch(
+    lake: Lake, warehouse, batch_id: int, tables: tuple[Table, ...] = WAREHOUSE_TABLES
+) -> MigrationReport:
     """Migrate every table's committed changes up to `batch_id` in one PostgreSQL transaction."""
     from streamdi.warehouse import TableChange
 
@@ -91,8 +93,9 @@ def migrate_batch(lake: Lake, warehouse, batch_id: int, tables: tuple[Table, ...
         if target <= after:
             continue
         upserts, deletes = net_changes(lake.changes(table, after + 1, target), table)
-        changes.append(TableChange(table=table, delta_version=target, batch_id=batch_id, upserts=upserts,
-                                   deletes=deletes))
+        changes.append(
+            TableChange(table=table, delta_version=target, batch_id=batch_id, upserts=upserts, deletes=deletes)
+        )
     fault_point("migrate.before_apply")
     applied = warehouse.apply_changes(changes) if changes else {}
     return MigrationReport(batch_id=batch_id, tables=applied, versions=versions)

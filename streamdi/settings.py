@@ -35,7 +35,9 @@ class Settings(BaseSettings):
     )
     lake: Path | None = Field(default=None, description="Delta Lake root (default: <home>/lake).")
     landing: Path | None = Field(default=None, description="Landing zone for source files (default: <home>/landing).")
-    spark_master: str = Field(default="local[*]", description="Spark master URL (local[*], spark://host:7077, k8s://...).")
+    spark_master: str = Field(
+        default="local[*]", description="Spark master URL (local[*], spark://host:7077, k8s://...)."
+    )
     spark_ui: bool = Field(default=False, description="Start the Spark web UI.")
     spark_shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions.")
     spark_driver_memory: str = Field(default="2g", description="spark.driver.memory.")

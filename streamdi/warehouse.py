@@ -1,0 +1,506 @@
+"""The PostgreSQL warehouse: the last hop of the data flow (`warehouse.*` Delta -> migrate -> `dw.*`).
+
+The migrator hands this module the net changes of warehouse tables (`TableChange`, as Arrow tables read
+from the Delta change feed); `Warehouse.apply_changes` lands all of them in one PostgreSQL transaction
+(COPY into temp tables, delete, upsert, ledger row), so a batch is visible entirely or not at all and a
+replay is a no-op. Reports and the CLI read through `Warehouse.query` as the read-only role.
+
+This is the only module that imports psycopg. Objects it owns:
+- schema `dw`: one table per declared warehouse table (`schemas.model.Table`, DDL from `create_table_sql`);
+- schema `streamdi`: `migration_ledger`, one row per (table, Delta version) migrated;
+- roles `streamdi_loader` (writes dw and streamdi) and `streamdi_reader` (reads them, writes nothing).
+
+Connection: `settings.database_url` when set, else the embedded server (`streamdi.embedded_pg`). On the
+embedded server (trust authentication) the roles log in by name; with a URL they use
+`settings.loader_password` / `settings.reader_password`. When the URL's user can neither create roles nor
+find them already created, every role connects as that user (a warning says so) and the reader's sessions
+are read-only (`default_transaction_read_only`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from schemas.model import Table, decimal_precision
+from streamdi import embedded_pg
+from streamdi.faults import fault_point
+from streamdi.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Role = Literal["admin", "loader", "reader"]
+
+LOADER_ROLE = "streamdi_loader"
+READER_ROLE = "streamdi_reader"
+SCHEMA_BY_LAYER = {"warehouse": "dw"}
+PLATFORM_SCHEMA = "streamdi"
+LEDGER_TABLE = f"{PLATFORM_SCHEMA}.migration_ledger"
+
+# Rows per COPY chunk: bounds the memory of the CSV serialization, not the transaction size.
+COPY_CHUNK_ROWS = 10_000
+
+_LEDGER_DDL = f"""CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
+    table_name text NOT NULL,
+    delta_version bigint NOT NULL,
+    batch_id bigint NOT NULL,
+    rows_upserted bigint NOT NULL,
+    rows_deleted bigint NOT NULL,
+    started_at timestamptz NOT NULL,
+    committed_at timestamptz NOT NULL,
+    PRIMARY KEY (table_name, delta_version)
+);"""
+
+_PG_TYPES = {
+    "int": "integer",
+    "bigint": "bigint",
+    "double": "double precision",
+    "string": "text",
+    "boolean": "boolean",
+    "date": "date",
+    "timestamp": "timestamp",
+    "time": "time",
+}
+# How PostgreSQL's format_type() spells the types above, for the drift check.
+_CATALOG_SPELLING = {"timestamp": "timestamp without time zone", "time": "time without time zone"}
+
+
+class WarehouseSchemaError(RuntimeError):
+    """A table in PostgreSQL differs from its declaration (no silent drift)."""
+
+
+@dataclass
+class TableChange:
+    """Net changes of one warehouse table up to Delta version `delta_version`.
+
+    `upserts` has every declared column, in declared order, with the Arrow types of
+    `schemas.model.arrow_type`, at most one row per key; `deletes` has only the key columns. A key in both is
+    deleted, then upserted (so it ends up present).
+    """
+
+    table: Table
+    delta_version: int
+    batch_id: int
+    upserts: pa.Table
+    deletes: pa.Table
+
+
+def pg_type(logical: str) -> str:
+    """The PostgreSQL type of a logical column type (see the table in `schemas.model`)."""
+    dec = decimal_precision(logical)
+    if dec:
+        return f"numeric({dec[0]},{dec[1]})"
+    return _PG_TYPES[logical]
+
+
+def pg_schema(table: Table) -> str:
+    """The PostgreSQL schema a declared table lives in (`warehouse` -> `dw`)."""
+    try:
+        return SCHEMA_BY_LAYER[table.layer]
+    except KeyError:
+        raise ValueError(f"{table.name}: layer {table.layer!r} has no PostgreSQL schema") from None
+
+
+def create_table_sql(table: Table) -> str:
+    """DDL for one declared table: `CREATE TABLE IF NOT EXISTS` plus one `CREATE INDEX IF NOT EXISTS` per
+    `pg_indexes` entry. Types follow the declaration, NOT NULL follows `nullable`, the primary key is
+    `table.key`. Idempotent; it never alters an existing table (see `Warehouse.ensure_objects`)."""
+    if not table.key:
+        raise ValueError(f"{table.name}: a PostgreSQL table needs a key (primary key and upsert key)")
+    qualified = f"{pg_schema(table)}.{_quote(table.name)}"
+    lines = [f"    {_quote(c.name)} {pg_type(c.type)}{'' if c.nullable else ' NOT NULL'}," for c in table.columns]
+    lines.append(f"    PRIMARY KEY ({_column_list(table.key)})")
+    statements = [f"CREATE TABLE IF NOT EXISTS {qualified} (\n" + "\n".join(lines) + "\n);"]
+    for columns in table.pg_indexes:
+        index_name = f"{table.name}_{'_'.join(columns)}_idx"[:63]
+        statements.append(f"CREATE INDEX IF NOT EXISTS {_quote(index_name)} ON {qualified} ({_column_list(columns)});")
+    return "\n".join(statements)
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _column_list(names: Iterable[str]) -> str:
+    return ", ".join(_quote(n) for n in names)
+
+
+class Warehouse:
+    """Handle on the PostgreSQL warehouse; opens a short-lived connection per operation."""
+
+    def __init__(
+        self,
+        admin_conninfo: str,
+        role_conninfo: dict[str, str],
+        *,
+        dedicated_roles: bool,
+        manage_roles: bool,
+        passwords: dict[str, str | None],
+    ) -> None:
+        self._conninfo = {"admin": admin_conninfo, **role_conninfo}
+        self.dedicated_roles = dedicated_roles
+        self._manage_roles = manage_roles
+        self._passwords = passwords
+
+    # -- connections ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def connect(self, role: Role = "admin") -> Iterator[psycopg.Connection]:
+        """A new connection as `role` (not autocommit): committed when the block ends normally, rolled
+        back when it raises, closed in both cases."""
+        if role not in self._conninfo:
+            raise ValueError(f"unknown role {role!r}; expected admin, loader or reader")
+        try:
+            conn = psycopg.connect(self._conninfo[role])
+        except psycopg.OperationalError as exc:
+            user = conninfo_to_dict(self._conninfo[role]).get("user")
+            if role != "admin" and f'role "{user}" does not exist' in str(exc):
+                raise RuntimeError(f"role {user} does not exist yet; run ensure_objects (streamdi setup)") from exc
+            raise
+        with conn:
+            yield conn
+
+    def server_version(self) -> str:
+        """The server's version string, e.g. `18.1`."""
+        with self.connect("admin") as conn:
+            return str(conn.execute("SHOW server_version").fetchone()[0])
+
+    def query(
+        self, statement: str, params: Sequence[Any] | dict[str, Any] | None = None, role: Role = "reader"
+    ) -> tuple[list[str], list[tuple]]:
+        """Run one statement as `role` and return (column names, rows); empty lists for statements that
+        return no rows. Writes made as a writing role are committed."""
+        with self.connect(role) as conn, conn.cursor() as cur:
+            cur.execute(statement, params)
+            if cur.description is None:
+                return [], []
+            return [d.name for d in cur.description], cur.fetchall()
+
+    # -- objects -------------------------------------------------------------------------------------
+
+    def ensure_objects(self, tables: Iterable[Table]) -> None:
+        """Create what is missing, in one transaction serialized across processes: schemas `dw` and
+        `streamdi`, the two roles and their privileges (including tables created later), the migration
+        ledger and one table (with its indexes) per declared table.
+
+        Raises WarehouseSchemaError, creating nothing, when an existing table's columns, types,
+        nullability or primary key differ from the declaration."""
+        tables = list(tables)
+        with self.connect("admin") as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.ensure_objects'))")
+            problems = [p for t in tables for p in _drift(conn, t)]
+            if problems:
+                raise WarehouseSchemaError(
+                    "PostgreSQL tables differ from their declarations in schemas/:\n  - " + "\n  - ".join(problems)
+                )
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS dw; CREATE SCHEMA IF NOT EXISTS {PLATFORM_SCHEMA};")
+            conn.execute(_LEDGER_DDL)
+            for table in tables:
+                conn.execute(create_table_sql(table))
+            if self._manage_roles:
+                self._ensure_roles(conn)
+            if self.dedicated_roles:
+                self._grant(conn)
+        log.info("warehouse objects ensured (%d declared tables)", len(tables))
+
+    def _ensure_roles(self, conn: psycopg.Connection) -> None:
+        for role, key in ((LOADER_ROLE, "loader"), (READER_ROLE, "reader")):
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+                log.info("created role %s", role)
+            password = self._passwords.get(key)
+            if password:
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password))
+                )
+
+    def _grant(self, conn: psycopg.Connection) -> None:
+        database = conn.execute("SELECT current_database()").fetchone()[0]
+        loader, reader = sql.Identifier(LOADER_ROLE), sql.Identifier(READER_ROLE)
+        schemas = sql.SQL(", ").join([sql.Identifier("dw"), sql.Identifier(PLATFORM_SCHEMA)])
+        writes = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
+        for stmt in (
+            "GRANT CONNECT, TEMPORARY ON DATABASE {db} TO {loader}",
+            "GRANT CONNECT ON DATABASE {db} TO {reader}",
+            "GRANT USAGE ON SCHEMA {schemas} TO {loader}, {reader}",
+            "GRANT {writes} ON ALL TABLES IN SCHEMA {schemas} TO {loader}",
+            "GRANT SELECT ON ALL TABLES IN SCHEMA {schemas} TO {reader}",
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA {schemas} GRANT {writes} ON TABLES TO {loader}",
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA {schemas} GRANT SELECT ON TABLES TO {reader}",
+        ):
+            conn.execute(
+                sql.SQL(stmt).format(
+                    db=sql.Identifier(database), loader=loader, reader=reader, schemas=schemas, writes=writes
+                )
+            )
+
+    # -- migration -----------------------------------------------------------------------------------
+
+    def apply_changes(self, changes: Sequence[TableChange]) -> dict[str, int]:
+        """Apply all `changes` in ONE transaction as the loader role and return rows applied per table
+        (upserted + deleted; 0 for a skipped change).
+
+        Guarantees: either every change and its ledger row is committed, or nothing is (a crash at any
+        point leaves the previous state). A change whose table already has a ledger row with
+        delta_version >= its delta_version is skipped, so replaying a list is a no-op. Concurrent callers
+        serialize on an advisory lock. Values round-trip exactly (NULL vs empty string, decimals,
+        timestamps as wall-clock values, `time` text)."""
+        for change in changes:
+            _check_change(change)
+        applied: dict[str, int] = {}
+        with self.connect("loader") as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.migrate'))")
+            for n, change in enumerate(changes):
+                name = change.table.name
+                applied[name] = applied.get(name, 0) + _apply_one(conn, change, n)
+            fault_point("pg.before_commit")
+            conn.commit()
+        return applied
+
+    def last_migrated_version(self, table_name: str) -> int | None:
+        """The highest Delta version of `table_name` recorded in the ledger, None if never migrated."""
+        _, rows = self.query(f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (table_name,))
+        return rows[0][0]
+
+    def ledger(self) -> list[dict[str, Any]]:
+        """All ledger rows, oldest commit first (ties by table name and version)."""
+        columns, rows = self.query(
+            f"SELECT * FROM {LEDGER_TABLE} ORDER BY committed_at, table_name, delta_version", role="reader"
+        )
+        return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def open_warehouse(settings: Settings) -> Warehouse:
+    """Connect to the warehouse server (`DATABASE_URL`, else the embedded server, started if needed) and
+    decide how each role connects. Creates no database objects (see `Warehouse.ensure_objects`)."""
+    url = settings.database_url or embedded_pg.ensure_server(settings)
+    with psycopg.connect(url) as conn:
+        (can_create,) = conn.execute(
+            "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        existing = conn.execute(
+            "SELECT count(*) FROM pg_roles WHERE rolname IN (%s, %s)", (LOADER_ROLE, READER_ROLE)
+        ).fetchone()[0]
+        user = conn.info.user
+    dedicated = bool(can_create) or existing == 2
+    passwords = {"loader": settings.loader_password, "reader": settings.reader_password}
+    if dedicated:
+        role_conninfo = {
+            "loader": _conninfo_as(url, LOADER_ROLE, passwords["loader"]),
+            "reader": _conninfo_as(url, READER_ROLE, passwords["reader"]),
+        }
+    else:
+        log.warning(
+            "PostgreSQL user %r cannot create roles and %s/%s do not exist: loading and reading "
+            "connect as %r (reads in read-only transactions)",
+            user,
+            LOADER_ROLE,
+            READER_ROLE,
+            user,
+        )
+        role_conninfo = {
+            "loader": make_conninfo(url),
+            "reader": make_conninfo(url, options="-c default_transaction_read_only=on"),
+        }
+    return Warehouse(
+        url,
+        role_conninfo,
+        dedicated_roles=dedicated,
+        manage_roles=bool(can_create),
+        passwords=passwords,
+    )
+
+
+def _conninfo_as(url: str, user: str, password: str | None) -> str:
+    params = conninfo_to_dict(url)
+    params.pop("password", None)  # never reuse the admin's password for another role
+    params["user"] = user
+    if password:
+        params["password"] = password
+    return make_conninfo(**params)
+
+
+# -- drift check -------------------------------------------------------------------------------------
+
+
+def _drift(conn: psycopg.Connection, table: Table) -> list[str]:
+    """Differences between an existing PostgreSQL table and its declaration ([] if absent or equal)."""
+    schema = pg_schema(table)
+    qualified = f"{schema}.{table.name}"
+    found = conn.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+        FROM pg_attribute a
+        WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum
+        """,
+        (f"{_quote(schema)}.{_quote(table.name)}",),
+    ).fetchall()
+    if not found:
+        return []
+    actual = {name: (typ, notnull) for name, typ, notnull in found}
+    problems = []
+    for col in table.columns:
+        expected_type = _CATALOG_SPELLING.get(col.type, pg_type(col.type))
+        if col.name not in actual:
+            problems.append(f"{qualified}: column {col.name} ({expected_type}) is missing")
+            continue
+        typ, notnull = actual[col.name]
+        if typ != expected_type:
+            problems.append(f"{qualified}.{col.name}: type is {typ}, declared {expected_type}")
+        if notnull == col.nullable:
+            problems.append(
+                f"{qualified}.{col.name}: is {'NOT NULL' if notnull else 'nullable'}, "
+                f"declared {'nullable' if col.nullable else 'NOT NULL'}"
+            )
+    for name, (typ, _) in actual.items():
+        if name not in table.column_names:
+            problems.append(f"{qualified}: column {name} ({typ}) is not declared")
+    pk = conn.execute(
+        """
+        SELECT a.attname
+        FROM pg_index i
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        WHERE i.indrelid = to_regclass(%s) AND i.indisprimary
+        ORDER BY k.ord
+        """,
+        (f"{_quote(schema)}.{_quote(table.name)}",),
+    ).fetchall()
+    pk_columns = tuple(r[0] for r in pk)
+    if pk_columns != table.key:
+        problems.append(f"{qualified}: primary key is {pk_columns or 'missing'}, declared {table.key}")
+    return problems
+
+
+# -- one change inside the migration transaction ------------------------------------------------------
+
+
+def _check_change(change: TableChange) -> None:
+    table = change.table
+    pg_schema(table)
+    if change.upserts.column_names != table.column_names:
+        raise ValueError(
+            f"{table.name}: upserts have columns {change.upserts.column_names}, expected {table.column_names}"
+        )
+    if change.deletes.column_names != list(table.key):
+        raise ValueError(f"{table.name}: deletes have columns {change.deletes.column_names}, expected {table.key}")
+    keys = list(table.key)
+    if change.upserts.num_rows and change.upserts.group_by(keys).aggregate([]).num_rows != change.upserts.num_rows:
+        raise ValueError(f"{table.name}: upserts hold more than one row for some key (changes must be net)")
+
+
+def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
+    table = change.table
+    target = sql.SQL("{}.{}").format(sql.Identifier(pg_schema(table)), sql.Identifier(table.name))
+    done = conn.execute(
+        f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (table.name,)
+    ).fetchone()[0]
+    if done is not None and done >= change.delta_version:
+        log.info(
+            "%s: Delta version %s already migrated (ledger at %s); skipped",
+            table.name,
+            change.delta_version,
+            done,
+        )
+        return 0
+    started_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+
+    upserts_tmp = sql.Identifier(f"streamdi_upserts_{n}")
+    deletes_tmp = sql.Identifier(f"streamdi_deletes_{n}")
+    columns = sql.SQL(", ").join(map(sql.Identifier, table.column_names))
+    key = sql.SQL(", ").join(map(sql.Identifier, table.key))
+
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(upserts_tmp, target))
+    _copy_arrow(conn, upserts_tmp, _as_declared(change.upserts, table), fault_name="pg.during_copy")
+    fault_point("pg.after_copy")
+
+    deleted = 0
+    if change.deletes.num_rows:
+        conn.execute(
+            sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+                deletes_tmp, key, target
+            )
+        )
+        _copy_arrow(conn, deletes_tmp, _as_declared(change.deletes, table))
+        match = sql.SQL(" AND ").join(sql.SQL("t.{c} = d.{c}").format(c=sql.Identifier(c)) for c in table.key)
+        deleted = conn.execute(
+            sql.SQL("DELETE FROM {} AS t USING {} AS d WHERE {}").format(target, deletes_tmp, match)
+        ).rowcount
+
+    non_key = [c for c in table.column_names if c not in table.key]
+    if non_key:
+        on_conflict = sql.SQL("DO UPDATE SET {}").format(
+            sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in non_key)
+        )
+    else:
+        on_conflict = sql.SQL("DO NOTHING")
+    upserted = conn.execute(
+        sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
+            target, columns, columns, upserts_tmp, key, on_conflict
+        )
+    ).rowcount
+
+    conn.execute(
+        f"""INSERT INTO {LEDGER_TABLE}
+            (table_name, delta_version, batch_id, rows_upserted, rows_deleted, started_at, committed_at)
+            VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())""",
+        (table.name, change.delta_version, change.batch_id, upserted, deleted, started_at),
+    )
+    log.info(
+        "%s: Delta version %s (batch %s): %d upserted, %d deleted",
+        table.name,
+        change.delta_version,
+        change.batch_id,
+        upserted,
+        deleted,
+    )
+    return upserted + deleted
+
+
+def _as_declared(data: pa.Table, table: Table) -> pa.Table:
+    """Cast to the declared Arrow types, then timestamps to zone-less ones: the CSV then carries the
+    wall-clock value with no zone suffix, which is what a PostgreSQL `timestamp` stores."""
+    schema = table.arrow_schema()
+    columns = []
+    for name in data.column_names:
+        target = schema.field(name).type
+        col = data.column(name)
+        if col.type != target:
+            col = col.cast(target)
+        if pa.types.is_timestamp(target) and target.tz is not None:
+            col = col.cast(pa.timestamp(target.unit))
+        columns.append(col)
+    return pa.table(columns, names=data.column_names)
+
+
+def _copy_arrow(conn: psycopg.Connection, tmp: sql.Identifier, data: pa.Table, fault_name: str | None = None) -> None:
+    """Stream `data` into `tmp` as CSV. Arrow quotes every string value and writes NULL as an empty
+    unquoted field; PostgreSQL's CSV format reads exactly that as '' vs NULL."""
+    copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        tmp, sql.SQL(", ").join(map(sql.Identifier, data.column_names))
+    )
+    options = pacsv.WriteOptions(include_header=False)
+    with conn.cursor() as cur, cur.copy(copy) as pg_copy:
+        for i, batch in enumerate(_chunks(data)):
+            buffer = io.BytesIO()
+            pacsv.write_csv(batch, buffer, options)
+            pg_copy.write(buffer.getvalue())
+            if i == 0 and fault_name:
+                fault_point(fault_name)
+
+
+def _chunks(data: pa.Table) -> Iterator[pa.RecordBatch]:
+    batches = data.to_batches(max_chunksize=COPY_CHUNK_ROWS)
+    yield from batches or [pa.RecordBatch.from_pylist([], schema=data.schema)]

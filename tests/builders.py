@@ -1,0 +1,55 @@
+"""Readable builders for test input, from the declared schemas.
+
+`source_line(TAX_RATE, tx_id="US9")` gives one line of TaxRate.txt in the official format, with every field
+not named taken from `DEFAULTS` (a valid value), so a test says only what matters to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from schemas import sources as src
+from schemas.model import SourceFile
+
+# Files cut from a real run of the official TPC-DI generator (read-only; never modified).
+SHARED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "tpcdi-sample"
+
+DEFAULTS: dict[str, dict[str, str]] = {
+    "StatusType": {"st_id": "ACTV", "st_name": "Active"},
+    "TradeType": {"tt_id": "TMB", "tt_name": "Market Buy", "tt_is_sell": "0", "tt_is_mrkt": "1"},
+    "Industry": {"in_id": "AM", "in_name": "Aerospace & Defense", "in_sc_id": "CG"},
+    "TaxRate": {"tx_id": "US1", "tx_name": "Bracket one", "tx_rate": "0.15000"},
+    "BatchDate": {"batchdate": "2017-07-15"},
+    "Date": dict(
+        zip(
+            [c.name for c in src.DATE_FILE.columns],
+            "20170704|2017-07-04|Jul 4, 2017|2017|2017|20173|2017 Q3|20177|2017 Jul|201727|2017-W27|2|Tue|2018|2018"
+            "|20181|2018 Q1|true".split("|"),
+            strict=True,
+        )
+    ),
+    "Time": dict(
+        zip(
+            [c.name for c in src.TIME_FILE.columns],
+            "093000|09:30:00|09|09|30|09:30|00|09:30:00|true|true".split("|"),
+            strict=True,
+        )
+    ),
+}
+
+
+def source_line(source: SourceFile, **fields: str) -> str:
+    """One line of `source` with the named fields set and the rest from DEFAULTS (None -> empty field)."""
+    unknown = set(fields) - {c.name for c in source.columns}
+    if unknown:
+        raise KeyError(f"{source.name} has no fields {sorted(unknown)}")
+    values = {**DEFAULTS[source.name], **fields}
+    return source.delimiter.join("" if values[c.name] is None else values[c.name] for c in source.columns)
+
+
+def write_landing_file(path: Path, lines: list[str], crlf: bool = True) -> Path:
+    """Write lines like the official generator does (CRLF line endings by default)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ending = "\r\n" if crlf else "\n"
+    path.write_bytes("".join(line + ending for line in lines).encode())
+    return path

@@ -1,0 +1,173 @@
+"""End to end through the real CLI in subprocesses: `streamdi run`, `streamdi doctor`, and crash recovery.
+
+Each test gets its own STREAMDI_HOME (own lake, landing zone and embedded PostgreSQL, or DATABASE_URL).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from schemas.warehouse import WAREHOUSE_TABLES
+from streamdi.lake import Lake
+from streamdi.settings import Settings
+
+pytestmark = pytest.mark.e2e
+
+STATUS_TYPES = [
+    ("ACTV", "Active"),
+    ("CMPT", "Completed"),
+    ("CNCL", "Canceled"),
+    ("INAC", "Inactive"),
+    ("PNDG", "Pending"),
+    ("SBMT", "Submitted"),
+]
+TRADE_TYPES = [
+    ("TLB", "Limit Buy", 0, 0),
+    ("TLS", "Limit Sell", 1, 0),
+    ("TMB", "Market Buy", 0, 1),
+    ("TMS", "Market Sell", 1, 1),
+    ("TSL", "Stop Loss", 1, 1),
+]
+EXPECTED_COUNTS = {
+    "dimdate": 14,
+    "dimtime": 120,
+    "industry": 12,
+    "statustype": 6,
+    "taxrate": 8,
+    "tradetype": 5,
+}
+
+
+def cli(home: Path, *args: str, fault: str | None = None, extra_env: dict | None = None, timeout: int = 600):
+    env = {
+        **os.environ,
+        "STREAMDI_HOME": str(home),
+        "STREAMDI_SPARK_MASTER": "local[2]",
+        "STREAMDI_SPARK_DRIVER_MEMORY": "1g",
+        "COLUMNS": "200",
+    }
+    env.pop("STREAMDI_FAULT_AT", None)
+    if fault:
+        env["STREAMDI_FAULT_AT"] = fault
+    env.update(extra_env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "streamdi.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def home(tmp_path: Path):
+    yield tmp_path / "home"
+    if not os.environ.get("DATABASE_URL"):
+        cli(tmp_path / "home", "db", "stop", timeout=120)
+
+
+def pg_rows(home: Path, table: str, order: str) -> list[tuple]:
+    from streamdi.warehouse import open_warehouse
+
+    settings = Settings(home=home, database_url=os.environ.get("DATABASE_URL") or None)
+    _, rows = open_warehouse(settings).query(f"SELECT * FROM dw.{table} ORDER BY {order}")
+    return [tuple(r) for r in rows]
+
+
+def pg_snapshot(home: Path) -> dict[str, list[tuple]]:
+    return {t.name: pg_rows(home, t.name, ", ".join(t.key)) for t in WAREHOUSE_TABLES}
+
+
+def ledger(home: Path) -> list[tuple]:
+    from streamdi.warehouse import open_warehouse
+
+    settings = Settings(home=home, database_url=os.environ.get("DATABASE_URL") or None)
+    _, rows = open_warehouse(settings).query(
+        "SELECT table_name, delta_version, batch_id FROM streamdi.migration_ledger ORDER BY table_name, delta_version"
+    )
+    return [tuple(r) for r in rows]
+
+
+def delta_snapshot(home: Path) -> dict[str, list[dict]]:
+    lake = Lake(Settings(home=home).lake_root)
+    return {t.name: lake.read_arrow(t).to_pylist() for t in WAREHOUSE_TABLES}
+
+
+def assert_reference_warehouse(home: Path) -> None:
+    assert pg_rows(home, "statustype", "st_id") == STATUS_TYPES
+    assert pg_rows(home, "tradetype", "tt_id") == TRADE_TYPES
+    snapshot = pg_snapshot(home)
+    assert {name: len(rows) for name, rows in snapshot.items()} == EXPECTED_COUNTS
+    july4 = next(r for r in snapshot["dimdate"] if r[0] == 20170704)
+    assert july4[1:3] == (dt.date(2017, 7, 4), "Jul 4, 2017") and july4[-1] is True
+    assert ("CA2", "Canadian Income Tax Bracket 2", Decimal("0.20500")) in snapshot["taxrate"]
+    assert (93000, dt.time(9, 30), 9, "09", 30, "09:30", 0, "09:30:00", True, True) in snapshot["dimtime"]
+
+
+def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
+    first = cli(home, "run", "--sample")
+    assert first.returncode == 0, first.stderr
+    assert "collected batch 1: 7 new file(s)" in first.stdout
+    assert "batch 1 migrate   done" in first.stdout
+    assert_reference_warehouse(home)
+    delta_after_first, pg_after_first, ledger_after_first = (
+        delta_snapshot(home),
+        pg_snapshot(home),
+        ledger(home),
+    )
+
+    second = cli(home, "run", "--sample")
+    assert second.returncode == 0, second.stderr
+    assert "sample: delivered 0 file(s)" in second.stdout
+    assert "nothing new arrived" in second.stdout
+    assert delta_snapshot(home) == delta_after_first
+    assert pg_snapshot(home) == pg_after_first
+    assert ledger(home) == ledger_after_first
+    assert len(ledger_after_first) == len(EXPECTED_COUNTS)
+
+    batches = cli(home, "batches")
+    assert batches.returncode == 0, batches.stderr
+    assert "│ 1     │ 7     │ 1" in batches.stdout and batches.stdout.count("done") == 3
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("fault", ["migrate.before_apply", "pg.after_copy", "pg.before_commit"])
+def test_crash_between_delta_commit_and_postgres_commit_then_rerun(home: Path, fault: str):
+    crashed = cli(home, "run", "--sample", fault=fault)
+    assert crashed.returncode == -9, (crashed.stdout, crashed.stderr)
+    # Delta holds the batch, PostgreSQL holds nothing of it.
+    assert {name: len(rows) for name, rows in delta_snapshot(home).items()} == EXPECTED_COUNTS
+    assert ledger(home) == []
+    assert all(rows == [] for rows in pg_snapshot(home).values())
+
+    rerun = cli(home, "run", "--sample")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "batch 1 migrate" in rerun.stdout and "batch 1 transform" not in rerun.stdout
+    assert_reference_warehouse(home)
+    assert [(t, b) for t, _, b in ledger(home)] == [(t, 1) for t in sorted(EXPECTED_COUNTS)]
+
+
+def test_doctor_reports_every_part(home: Path):
+    result = cli(home, "doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for check in ("versions", "java", "spark", "lake", "postgres"):
+        assert any(
+            line.split("│")[1].strip() == check and "OK" in line
+            for line in result.stdout.splitlines()
+            if line.count("│") >= 3
+        ), f"{check} not OK in:\n{result.stdout}"
+
+
+def test_doctor_without_java_says_what_to_install_and_fails(home: Path, tmp_path: Path):
+    result = cli(home, "doctor", extra_env={"JAVA_HOME": str(tmp_path / "no-jdk-here")})
+    assert result.returncode == 1
+    assert "No Java runtime found" in result.stdout
+    assert "openjdk-17-jre-headless" in result.stdout
+    assert "some checks failed" in result.stderr

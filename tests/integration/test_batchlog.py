@@ -1,0 +1,340 @@
+"""The batch log and the collector on real Delta tables (no Spark: the log reads through Arrow): batch id
+allocation, file order, stage progress, the summary, arrival order and exclusions in the landing zone,
+changed files, and two collectors racing on the same landing directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from streamdi.batchlog import BatchFile, BatchLog, LandedFile
+from streamdi.collector import CollectResult, collect
+from streamdi.lake import Lake
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+NOW = datetime(2024, 7, 1, 9, 0, 0, tzinfo=UTC)
+T0 = datetime(2024, 7, 1, 8, 0, 0, tzinfo=UTC)
+
+
+def landed(file: str, *, size: int = 10, sha: str = "a", second: int = 0, source_batch: int = 1) -> LandedFile:
+    return LandedFile(
+        file=file,
+        size_bytes=size,
+        sha256=sha * 64,
+        arrived_at=datetime(2024, 7, 1, 8, 0, second, tzinfo=UTC),
+        source_batch=source_batch,
+    )
+
+
+def batch_file(batch_id: int, file_seq: int, f: LandedFile) -> BatchFile:
+    return BatchFile(batch_id, file_seq, f.file, f.size_bytes, f.sha256, f.arrived_at, f.source_batch)
+
+
+def deliver(landing: Path, relative: str, content: bytes, arrived_at: datetime) -> Path:
+    """Write a landing file and set its modification time to `arrived_at`."""
+    path = landing / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    os.utime(path, (arrived_at.timestamp(), arrived_at.timestamp()))
+    return path
+
+
+@pytest.fixture
+def batch_log(tmp_path: Path) -> BatchLog:
+    return BatchLog(Lake(tmp_path / "lake"))
+
+
+@pytest.fixture
+def landing(tmp_path: Path) -> Path:
+    path = tmp_path / "landing"
+    path.mkdir()
+    return path
+
+
+# -- the batch log -----------------------------------------------------------------------------------------
+
+
+def test_register_allocates_consecutive_batches_and_keeps_file_order(batch_log):
+    date_file = landed("Batch1/Date.txt", size=120, sha="d", second=5)
+    rate_file = landed("Batch1/TaxRate.txt", size=30, sha="e", second=1)  # older, but given second
+    trade_file = landed("Batch2/Trade.txt", size=77, sha="f", second=9, source_batch=2)
+
+    assert batch_log.last_batch_id() == 0
+    assert batch_log.register([], now=NOW) is None
+    assert batch_log.register([date_file, rate_file], now=NOW) == 1
+    assert batch_log.register([trade_file], now=NOW) == 2
+
+    assert batch_log.files(1) == [
+        BatchFile(1, 1, "Batch1/Date.txt", 120, "d" * 64, datetime(2024, 7, 1, 8, 0, 5, tzinfo=UTC), 1),
+        BatchFile(1, 2, "Batch1/TaxRate.txt", 30, "e" * 64, datetime(2024, 7, 1, 8, 0, 1, tzinfo=UTC), 1),
+    ]
+    assert batch_log.files(2) == [
+        BatchFile(2, 1, "Batch2/Trade.txt", 77, "f" * 64, datetime(2024, 7, 1, 8, 0, 9, tzinfo=UTC), 2)
+    ]
+    assert batch_log.files(3) == []
+    assert batch_log.last_batch_id() == 2
+    assert batch_log.batch_ids() == [1, 2]
+    assert sorted(batch_log.registered_files()) == [
+        "Batch1/Date.txt",
+        "Batch1/TaxRate.txt",
+        "Batch2/Trade.txt",
+    ]
+    assert batch_log.registered_files()["Batch2/Trade.txt"].batch_id == 2
+
+
+def test_stages_run_in_order_and_a_repeated_mark_is_a_no_op(batch_log):
+    batch_log.register([landed("Batch1/Date.txt", second=3), landed("Batch1/Time.txt", second=4)], now=NOW)
+    batch_log.register([landed("Batch2/Trade.txt", second=8, source_batch=2)], now=NOW)
+
+    assert batch_log.pending() == [
+        (1, "stage"),
+        (1, "transform"),
+        (1, "migrate"),
+        (2, "stage"),
+        (2, "transform"),
+        (2, "migrate"),
+    ]
+    assert batch_log.next_step() == (1, "stage")
+
+    assert batch_log.mark(1, "stage", "done", now=NOW, detail={"rows": 3}) is True
+
+    assert batch_log.next_step() == (1, "transform")
+    assert batch_log.is_done(1, "stage")
+    assert not batch_log.is_done(1, "transform")
+    assert batch_log.mark(1, "stage", "done", now=NOW) is False
+    assert batch_log.pending() == [
+        (1, "transform"),
+        (1, "migrate"),
+        (2, "stage"),
+        (2, "transform"),
+        (2, "migrate"),
+    ]
+    with pytest.raises(ValueError, match="unknown stage 'load'"):
+        batch_log.mark(1, "load", "done", now=NOW)
+
+    batch_log.mark(1, "transform", "done", now=NOW)
+    batch_log.mark(1, "migrate", "halted", now=NOW, detail={"reason": "expectation failed"})
+
+    assert batch_log.states() == {(1, "stage"): "done", (1, "transform"): "done", (1, "migrate"): "halted"}
+    assert batch_log.next_step() == (1, "migrate")
+    assert batch_log.summary() == [
+        {
+            "batch_id": 1,
+            "files": 2,
+            "source_batches": [1],
+            "arrived_at": datetime(2024, 7, 1, 8, 0, 4, tzinfo=UTC),
+            "stage": "done",
+            "transform": "done",
+            "migrate": "halted",
+        },
+        {
+            "batch_id": 2,
+            "files": 1,
+            "source_batches": [2],
+            "arrived_at": datetime(2024, 7, 1, 8, 0, 8, tzinfo=UTC),
+            "stage": "pending",
+            "transform": "pending",
+            "migrate": "pending",
+        },
+    ]
+
+    # A later event for the same (batch, stage) wins: the halted migration is resumed and done.
+    assert batch_log.mark(1, "migrate", "done", now=datetime(2024, 7, 1, 9, 5, 0, tzinfo=UTC)) is True
+    assert batch_log.next_step() == (2, "stage")
+    for stage in ("stage", "transform", "migrate"):
+        batch_log.mark(2, stage, "done", now=NOW)
+
+    assert batch_log.pending() == []
+    assert batch_log.next_step() is None
+
+
+# -- the collector -----------------------------------------------------------------------------------------
+
+
+def test_collect_registers_new_files_once_in_arrival_order(batch_log, landing):
+    deliver(landing, "a.txt", b"newer a\n", datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC))
+    deliver(landing, "b.txt", b"older b\n", datetime(2024, 7, 1, 8, 0, 10, tzinfo=UTC))
+    # Same modification time: the name breaks the tie (y is written first, x still comes first).
+    deliver(landing, "y.txt", b"tie y\n", datetime(2024, 7, 1, 8, 0, 20, tzinfo=UTC))
+    deliver(landing, "x.txt", b"tie x\n", datetime(2024, 7, 1, 8, 0, 20, tzinfo=UTC))
+    deliver(landing, "Batch2/Trade.txt", b"trade 2\n", datetime(2024, 7, 1, 8, 0, 40, tzinfo=UTC))
+    deliver(landing, "Trade_batch3_0001.txt", b"trade 3\n", datetime(2024, 7, 1, 8, 0, 50, tzinfo=UTC))
+    for hidden in (".x", "_x", "x.tmp", "x.part", "x.txt~", ".partial/z.txt", "_incoming/z.txt"):
+        deliver(landing, hidden, b"not yet\n", datetime(2024, 7, 1, 8, 0, 0, tzinfo=UTC))
+    expected_files = [
+        LandedFile(
+            "b.txt",
+            8,
+            "01566ca76758a310a18db695e8e85cc8ac5e1a19dff21ce4b65da01715b6b1ad",
+            datetime(2024, 7, 1, 8, 0, 10, tzinfo=UTC),
+            1,
+        ),
+        LandedFile(
+            "x.txt",
+            6,
+            "ba685330809c0fb9dd7215403fa9875ac59016a13a3b71ba33d01b177680f885",
+            datetime(2024, 7, 1, 8, 0, 20, tzinfo=UTC),
+            1,
+        ),
+        LandedFile(
+            "y.txt",
+            6,
+            "1ac35b2c477ce9920aee89291d5b58b4f0a6071fb91cf13fa21873f17a539803",
+            datetime(2024, 7, 1, 8, 0, 20, tzinfo=UTC),
+            1,
+        ),
+        LandedFile(
+            "a.txt",
+            8,
+            "bffb5398023871e6cb571480226d3d6a9d040a2f2c5b98b25dd7c97a7f426e6a",
+            datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC),
+            1,
+        ),
+        LandedFile(
+            "Batch2/Trade.txt",
+            8,
+            "95375284e346c6bd84e30087d4bcc73653f95d89d60e5775dba2ee849b7eedde",
+            datetime(2024, 7, 1, 8, 0, 40, tzinfo=UTC),
+            2,
+        ),
+        LandedFile(
+            "Trade_batch3_0001.txt",
+            8,
+            "89155b39a2a4e3ee850f318edc783705248baa6b29fd813c1ffa386200080593",
+            datetime(2024, 7, 1, 8, 0, 50, tzinfo=UTC),
+            3,
+        ),
+    ]
+
+    first = collect(batch_log, landing, now=NOW)
+
+    assert first == CollectResult(batch_id=1, files=expected_files, changed=[])
+    assert batch_log.files(1) == [batch_file(1, seq, f) for seq, f in enumerate(expected_files, start=1)]
+    assert [(f.file_seq, f.file) for f in batch_log.files(1)] == [
+        (1, "b.txt"),
+        (2, "x.txt"),
+        (3, "y.txt"),
+        (4, "a.txt"),
+        (5, "Batch2/Trade.txt"),
+        (6, "Trade_batch3_0001.txt"),
+    ]
+
+    again = collect(batch_log, landing, now=NOW)
+
+    assert again == CollectResult(batch_id=None, files=[], changed=[])
+    assert batch_log.last_batch_id() == 1
+
+    deliver(landing, "late.txt", b"late\n", datetime(2024, 7, 1, 8, 1, 0, tzinfo=UTC))
+    late = collect(batch_log, landing, now=NOW)
+
+    late_file = LandedFile(
+        "late.txt",
+        5,
+        "f152945b358aa26a9e72e25381deff94e254c547089bd690dccd218e9414d148",
+        datetime(2024, 7, 1, 8, 1, 0, tzinfo=UTC),
+        1,
+    )
+    assert late == CollectResult(batch_id=2, files=[late_file], changed=[])
+    assert batch_log.files(2) == [batch_file(2, 1, late_file)]
+    assert len(batch_log.registered_files()) == 7
+
+
+def test_collect_reports_a_changed_file_and_does_not_register_it_again(batch_log, landing):
+    deliver(landing, "a.txt", b"newer a\n", datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC))
+    assert collect(batch_log, landing, now=NOW).batch_id == 1
+
+    deliver(landing, "a.txt", b"changed a\n", datetime(2024, 7, 1, 8, 5, 0, tzinfo=UTC))
+    result = collect(batch_log, landing, now=NOW)
+
+    assert result == CollectResult(batch_id=None, files=[], changed=["a.txt"])
+    assert batch_log.last_batch_id() == 1
+    assert batch_log.files(1) == [
+        BatchFile(
+            1,
+            1,
+            "a.txt",
+            8,
+            "bffb5398023871e6cb571480226d3d6a9d040a2f2c5b98b25dd7c97a7f426e6a",
+            datetime(2024, 7, 1, 8, 0, 30, tzinfo=UTC),
+            1,
+        )
+    ]
+
+
+def test_collect_on_a_missing_landing_directory_raises(batch_log, tmp_path):
+    with pytest.raises(FileNotFoundError, match="landing directory"):
+        collect(batch_log, tmp_path / "nowhere", now=NOW)
+    assert batch_log.last_batch_id() == 0
+
+
+# -- concurrent collectors ---------------------------------------------------------------------------------
+
+
+def child_collect(root: str, landing: str, ready: str, go: str) -> None:
+    """Entry point of a collector subprocess: wait for the start signal, collect once, print the result."""
+    batch_log = BatchLog(Lake(Path(root)))
+    Path(ready).touch()
+    deadline = time.monotonic() + 60
+    while not Path(go).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no start signal")
+        time.sleep(0.005)
+    result = collect(batch_log, Path(landing), now=NOW)
+    print(json.dumps({"batch_id": result.batch_id, "files": [f.file for f in result.files]}))
+
+
+COLLECT_IN_CHILD = (
+    f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_batchlog as t; t.child_collect(*sys.argv[1:])"
+)
+
+
+def test_two_collectors_at_the_same_time_register_each_file_exactly_once(tmp_path, landing):
+    root = tmp_path / "lake"
+    BatchLog(Lake(root))  # the platform tables exist before the race, as after `streamdi init`
+    names = [f"Batch1/File{i}.txt" for i in range(6)]
+    for i, name in enumerate(names):
+        deliver(landing, name, f"file {i}\n".encode(), datetime(2024, 7, 1, 8, 0, i, tzinfo=UTC))
+    env = {k: v for k, v in os.environ.items() if k != "STREAMDI_FAULT_AT"}
+    go = tmp_path / "go"
+    children = []
+    for n in range(2):
+        ready = tmp_path / f"ready{n}"
+        args = [str(root), str(landing), str(ready), str(go)]
+        children.append(
+            (
+                ready,
+                subprocess.Popen(
+                    [sys.executable, "-c", COLLECT_IN_CHILD, *args],
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
+        )
+    deadline = time.monotonic() + 120
+    while not all(ready.exists() for ready, _ in children):
+        assert time.monotonic() < deadline, "collector subprocesses did not start"
+        assert all(proc.poll() is None for _, proc in children), [proc.communicate() for _, proc in children]
+        time.sleep(0.01)
+    go.touch()
+    outputs = [proc.communicate(timeout=120) for _, proc in children]
+
+    assert [proc.returncode for _, proc in children] == [0, 0], [err for _, err in outputs]
+    results = sorted((json.loads(out) for out, _ in outputs), key=lambda r: r["batch_id"] or 0)
+    # Whoever takes the collector lock first registers everything; the other finds nothing new.
+    assert results == [{"batch_id": None, "files": []}, {"batch_id": 1, "files": names}]
+    batch_log = BatchLog(Lake(root))
+    assert batch_log.batch_ids() == [1]
+    assert [(f.file_seq, f.file) for f in batch_log.files(1)] == list(enumerate(names, start=1))

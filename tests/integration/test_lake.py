@@ -1,0 +1,478 @@
+"""The Delta Lake platform module on real Delta tables: exact snapshot round-trips (Spark and Arrow),
+idempotent append/upsert under retries and replays, the change data feed, commit history, readability by a
+fresh process without Spark, the table protocol, schema drift, and crashes just before / just after a commit
+(real subprocesses killed with SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
+
+from schemas.model import Column as C
+from schemas.model import Table
+from streamdi.lake import CommitInfo, CommitResult, Lake
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+# -- declarations and builders -------------------------------------------------------------------------
+
+
+def lake_table(name: str, *, key: tuple[str, ...] = ("id",)) -> Table:
+    """A test-only warehouse table: an int key, a nullable string, a decimal, a date and a timestamp."""
+    return Table(
+        name=name,
+        layer="warehouse",
+        columns=(
+            C("id", "int", False),
+            C("name", "string"),
+            C("amount", "decimal(10,5)"),
+            C("trade_day", "date"),
+            C("traded_at", "timestamp"),
+        ),
+        key=key,
+        order_by=("id",),
+    )
+
+
+# The Spark schema of `lake_table`, written out so `read` is checked against the declaration, not itself.
+SPARK_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.IntegerType(), False),
+        T.StructField("name", T.StringType(), True),
+        T.StructField("amount", T.DecimalType(10, 5), True),
+        T.StructField("trade_day", T.DateType(), True),
+        T.StructField("traded_at", T.TimestampType(), True),
+    ]
+)
+
+
+def row(id_: int, **overrides) -> dict:
+    values = {
+        "id": id_,
+        "name": f"name-{id_}",
+        "amount": Decimal("1.50000"),
+        "trade_day": date(2024, 1, 31),
+        "traded_at": datetime(2024, 1, 31, 12, 30, 0, tzinfo=UTC),
+    }
+    values.update(overrides)
+    return values
+
+
+def arrow_rows(table: Table, rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=table.arrow_schema())
+
+
+def spark_rows(spark, rows: list[dict]):
+    """A Spark DataFrame of `rows`, spread over two partitions in an order different from the key order."""
+    return spark.createDataFrame(list(reversed(rows)), schema=SPARK_SCHEMA).repartition(2)
+
+
+CHANGE_ORDER = {"delete": 0, "update_preimage": 1, "update_postimage": 2, "insert": 3}
+
+
+def feed(lake: Lake, table: Table, start: int, end: int) -> list[dict]:
+    """The change feed as rows in a stable order: commit version, key, then pre-image before post-image."""
+    rows = lake.changes(table, start, end).to_pylist()
+    return sorted(rows, key=lambda r: (r["_commit_version"], r["id"], CHANGE_ORDER[r["_change_type"]]))
+
+
+def change(change_type: str, commit_version: int, base: dict) -> dict:
+    return {**base, "_change_type": change_type, "_commit_version": commit_version}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "STREAMDI_FAULT_AT"}
+    env.update(extra)
+    return env
+
+
+def run_child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=child_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# -- snapshots -----------------------------------------------------------------------------------------
+
+
+def test_read_returns_exactly_the_rows_written_including_nulls_decimals_dates_and_timestamps(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("snapshot")
+    first = [
+        {
+            "id": 1,
+            "name": "alpha",
+            "amount": Decimal("0.15000"),
+            "trade_day": date(2024, 2, 29),
+            "traded_at": datetime(2024, 2, 29, 23, 59, 59, 123456, tzinfo=UTC),
+        },
+        {"id": 2, "name": None, "amount": None, "trade_day": None, "traded_at": None},
+        {
+            "id": 3,
+            "name": "",
+            "amount": Decimal("-12345.67891"),
+            "trade_day": date(1970, 1, 1),
+            "traded_at": datetime(1999, 12, 31, 0, 0, 0, tzinfo=UTC),
+        },
+    ]
+
+    result = lake.append(table, spark_rows(spark, first), app_id="snapshot", version=1)
+
+    assert result == CommitResult("warehouse.snapshot", "snapshot", 1, True, 1, 3)
+    actual = lake.read(table)
+    assertSchemaEqual(actual.schema, SPARK_SCHEMA)
+    assertDataFrameEqual(actual, spark.createDataFrame(first, schema=SPARK_SCHEMA))
+    # Decimal("0.15") == Decimal("0.15000") in Python: compare the text to check the scale survived.
+    assert [str(r.amount) for r in actual.orderBy("id").collect()] == ["0.15000", "None", "-12345.67891"]
+    assert [
+        r.t
+        for r in actual.orderBy("id")
+        .select(F.date_format("traded_at", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("t"))
+        .collect()
+    ] == ["2024-02-29 23:59:59.123456", None, "1999-12-31 00:00:00.000000"]
+    arrow = lake.read_arrow(table)
+    assert arrow.column_names == ["id", "name", "amount", "trade_day", "traded_at"]
+    assert [arrow.schema.field(c).type for c in ("amount", "trade_day", "traded_at")] == [
+        pa.decimal128(10, 5),
+        pa.date32(),
+        pa.timestamp("us", tz="UTC"),
+    ]
+    assert arrow.to_pylist() == first  # sorted by order_by although Spark wrote them in another order
+
+    lake.append(table, spark_rows(spark, [row(0), row(4)]), app_id="snapshot", version=2)
+
+    assert lake.read_arrow(table).to_pylist() == [row(0), *first, row(4)]
+    assertDataFrameEqual(lake.read(table, version=1), spark.createDataFrame(first, schema=SPARK_SCHEMA))
+    assert lake.read_arrow(table, version=1).to_pylist() == first
+
+
+def test_read_of_an_empty_table_has_the_declared_schema_and_no_rows(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("empty")
+    lake.ensure_table(table)
+
+    actual = lake.read(table)
+
+    assertSchemaEqual(actual.schema, SPARK_SCHEMA)
+    assert actual.collect() == []
+    assert lake.read_arrow(table).num_rows == 0
+    assert lake.version(table) == 0
+
+
+def test_read_without_spark_session_raises_runtime_error(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("nospark")
+    lake.append(table, arrow_rows(table, [row(1)]), app_id="nospark", version=1)
+
+    with pytest.raises(RuntimeError, match="without a SparkSession"):
+        lake.read(table)
+    assert lake.read_arrow(table).to_pylist() == [row(1)]
+
+
+# -- idempotent writes -----------------------------------------------------------------------------------
+
+
+def test_append_is_skipped_for_a_repeated_or_older_app_transaction(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("append_retry")
+    batch2 = [row(1), row(2)]
+
+    first = lake.append(table, spark_rows(spark, batch2), app_id="loader", version=2)
+    retry = lake.append(table, spark_rows(spark, batch2), app_id="loader", version=2)
+    older = lake.append(table, spark_rows(spark, [row(9)]), app_id="loader", version=1)
+
+    assert first == CommitResult("warehouse.append_retry", "loader", 2, True, 1, 2)
+    assert retry == CommitResult("warehouse.append_retry", "loader", 2, False, 1, 0)
+    assert older == CommitResult("warehouse.append_retry", "loader", 1, False, 1, 0)
+    assert lake.version(table) == 1
+    assert lake.read_arrow(table).to_pylist() == [row(1), row(2)]
+    assert lake.committed_version(table, "loader") == 2
+
+    newer = lake.append(table, spark_rows(spark, [row(3)]), app_id="loader", version=3)
+    # Transactions are per app id: another app's version 1 is not shadowed by loader@3.
+    other = lake.append(table, arrow_rows(table, [row(4)]), app_id="other", version=1)
+
+    assert newer == CommitResult("warehouse.append_retry", "loader", 3, True, 2, 1)
+    assert other == CommitResult("warehouse.append_retry", "other", 1, True, 3, 1)
+    assert lake.read_arrow(table).to_pylist() == [row(1), row(2), row(3), row(4)]
+    assert lake.committed_version(table, "loader") == 3
+    assert lake.committed_version(table, "other") == 1
+    assert lake.committed_version(table, "never") is None
+
+
+def test_upsert_inserts_new_keys_updates_changed_rows_and_a_replay_is_a_no_op(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("upsert_replay")
+    lake.append(table, arrow_rows(table, [row(1), row(2), row(3)]), app_id="load", version=1)
+
+    merged = lake.upsert(
+        table,
+        spark_rows(spark, [row(2, name=None, amount=Decimal("2.25000")), row(3), row(4)]),
+        app_id="merge",
+        version=1,
+    )
+
+    assert merged == CommitResult("warehouse.upsert_replay", "merge", 1, True, 2, 3)
+    expected = [row(1), row(2, name=None, amount=Decimal("2.25000")), row(3), row(4)]
+    assert lake.read_arrow(table).to_pylist() == expected
+    # Row 3 equals the target: it is left alone, so the feed shows no update for it.
+    assert feed(lake, table, 2, 2) == [
+        change("update_preimage", 2, row(2)),
+        change("update_postimage", 2, row(2, name=None, amount=Decimal("2.25000"))),
+        change("insert", 2, row(4)),
+    ]
+
+    replay = lake.upsert(table, spark_rows(spark, [row(2, name="replayed"), row(5)]), app_id="merge", version=1)
+
+    assert replay == CommitResult("warehouse.upsert_replay", "merge", 1, False, 2, 0)
+    assert lake.version(table) == 2
+    assert lake.read_arrow(table).to_pylist() == expected
+
+
+def test_upsert_of_rows_equal_to_the_target_changes_nothing_and_still_records_the_transaction(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("upsert_equal")
+    lake.append(table, arrow_rows(table, [row(1), row(2, name=None)]), app_id="load", version=1)
+
+    same = lake.upsert(table, arrow_rows(table, [row(2, name=None), row(1)]), app_id="merge", version=1)
+
+    assert same.committed is True
+    assert lake.committed_version(table, "merge") == 1
+    assert lake.version(table) == 2  # a commit that only records merge@1
+    assert feed(lake, table, 2, 2) == []  # no insert, no update pre/post images
+    assert lake.read_arrow(table).to_pylist() == [row(1), row(2, name=None)]
+
+    # Another writer changes row 1; replaying merge@1 must not put the old value back.
+    lake.upsert(table, arrow_rows(table, [row(1, name="corrected")]), app_id="fix", version=1)
+    replay = lake.upsert(table, arrow_rows(table, [row(2, name=None), row(1)]), app_id="merge", version=1)
+
+    assert replay.committed is False
+    assert lake.read_arrow(table).to_pylist() == [row(1, name="corrected"), row(2, name=None)]
+
+
+def test_upsert_on_a_table_without_key_raises_value_error(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("keyless", key=())
+
+    with pytest.raises(ValueError, match="warehouse.keyless declares no key"):
+        lake.upsert(table, arrow_rows(table, [row(1)]), app_id="merge", version=1)
+    assert not lake.exists(table)
+
+
+# -- change feed and history -----------------------------------------------------------------------------
+
+
+def test_change_feed_between_versions_gives_exactly_each_commits_changes(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("feed")
+    lake.append(table, spark_rows(spark, [row(1), row(2, amount=None)]), app_id="feed", version=1)
+    lake.upsert(
+        table,
+        spark_rows(spark, [row(1, traded_at=datetime(2024, 2, 1, 8, 0, 0, tzinfo=UTC)), row(3)]),
+        app_id="feed",
+        version=2,
+    )
+
+    assert feed(lake, table, 1, 1) == [
+        change("insert", 1, row(1)),
+        change("insert", 1, row(2, amount=None)),
+    ]
+    assert feed(lake, table, 2, 2) == [
+        change("update_preimage", 2, row(1)),
+        change("update_postimage", 2, row(1, traded_at=datetime(2024, 2, 1, 8, 0, 0, tzinfo=UTC))),
+        change("insert", 2, row(3)),
+    ]
+    assert lake.changes(table, 1, 2).num_rows == 5
+    assert lake.changes(table, 1, 2).column_names == [
+        "id",
+        "name",
+        "amount",
+        "trade_day",
+        "traded_at",
+        "_change_type",
+        "_commit_version",
+    ]
+
+
+def test_history_carries_the_app_transaction_of_each_streamdi_commit(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("history")
+    lake.append(table, arrow_rows(table, [row(1)]), app_id="stage/x", version=7)
+    lake.upsert(table, arrow_rows(table, [row(1, name="new")]), app_id="T0/x", version=8)
+    lake.overwrite(table, arrow_rows(table, [row(5)]), app_id="rebuild", version=1)
+
+    assert lake.history(table) == [
+        CommitInfo(table_version=0, operation="CREATE TABLE", app_id=None, txn_version=None),
+        CommitInfo(table_version=1, operation="WRITE", app_id="stage/x", txn_version=7),
+        CommitInfo(table_version=2, operation="MERGE", app_id="T0/x", txn_version=8),
+        CommitInfo(table_version=3, operation="WRITE", app_id="rebuild", txn_version=1),
+    ]
+    assert lake.read_arrow(table).to_pylist() == [row(5)]
+
+
+# -- other readers, protocol, drift ----------------------------------------------------------------------
+
+
+READ_IN_FRESH_PROCESS = (
+    "import json, sys; from pathlib import Path; "
+    f"sys.path.insert(0, {str(HERE)!r}); import test_lake as t; "
+    "from streamdi.lake import Lake; "
+    "rows = Lake(Path(sys.argv[1])).read_arrow(t.lake_table(sys.argv[2])).to_pylist(); "
+    "print(json.dumps(rows, default=str))"
+)
+
+
+def test_a_table_is_read_back_by_a_fresh_process_without_spark_and_keeps_a_portable_protocol(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("portable")
+    lake.append(
+        table,
+        spark_rows(
+            spark,
+            [
+                row(
+                    2,
+                    name=None,
+                    amount=Decimal("0.15000"),
+                    traded_at=datetime(2024, 3, 1, 9, 30, 15, 5, tzinfo=UTC),
+                ),
+                row(1, trade_day=None),
+            ],
+        ),
+        app_id="portable",
+        version=1,
+    )
+
+    child = run_child(READ_IN_FRESH_PROCESS, str(lake_dir), "portable")
+
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout) == [
+        {
+            "id": 1,
+            "name": "name-1",
+            "amount": "1.50000",
+            "trade_day": None,
+            "traded_at": "2024-01-31 12:30:00+00:00",
+        },
+        {
+            "id": 2,
+            "name": None,
+            "amount": "0.15000",
+            "trade_day": "2024-01-31",
+            "traded_at": "2024-03-01 09:30:15.000005+00:00",
+        },
+    ]
+    delta = DeltaTable(str(lake_dir / "warehouse" / "portable"))
+    protocol = delta.protocol()
+    # Reader 1 / writer 4 (change feed) and no table features: no deletion vectors, no column mapping.
+    assert (protocol.min_reader_version, protocol.min_writer_version) == (1, 4)
+    assert protocol.reader_features is None
+    assert protocol.writer_features is None
+    assert delta.metadata().configuration == {
+        "delta.enableChangeDataFeed": "true",
+        "delta.enableDeletionVectors": "false",
+    }
+
+
+def test_ensure_table_rejects_a_delta_table_whose_columns_drifted(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("drifted")
+    path = lake_dir / "warehouse" / "drifted"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_deltalake(str(path), pa.table({"id": pa.array([1], pa.int32()), "legacy_code": pa.array(["x"])}))
+
+    with pytest.raises(RuntimeError) as raised:
+        lake.ensure_table(table)
+
+    message = str(raised.value)
+    assert "warehouse.drifted" in message
+    assert "['id', 'legacy_code']" in message
+    assert "['id', 'name', 'amount', 'trade_day', 'traded_at']" in message
+    with pytest.raises(RuntimeError, match="legacy_code"):
+        lake.append(table, arrow_rows(table, [row(1)]), app_id="drift", version=1)
+    assert DeltaTable(str(path)).version() == 0
+
+
+# -- crashes around a commit -------------------------------------------------------------------------------
+
+CRASH_ROWS = [row(1, name="crash"), row(2, name=None, amount=Decimal("0.15000"))]
+
+
+def child_append_crash_rows(root: str, name: str) -> None:
+    """Entry point of the crash subprocess (no Spark): append CRASH_ROWS as crash@1, print the result."""
+    table = lake_table(name)
+    result = Lake(Path(root)).append(table, arrow_rows(table, CRASH_ROWS), app_id="crash", version=1)
+    print(json.dumps({"committed": result.committed, "table_version": result.table_version, "rows": result.rows}))
+
+
+APPEND_IN_CHILD = (
+    f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_lake as t; "
+    "t.child_append_crash_rows(sys.argv[1], sys.argv[2])"
+)
+
+
+@pytest.mark.faults
+def test_crash_after_commit_then_rerun_keeps_exactly_one_copy(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("crash_after")
+
+    crashed = run_child(APPEND_IN_CHILD, str(lake_dir), "crash_after", STREAMDI_FAULT_AT="lake.after_commit")
+
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert crashed.stdout == ""
+    assert lake.read_arrow(table).to_pylist() == CRASH_ROWS
+    assert lake.committed_version(table, "crash") == 1
+
+    rerun = run_child(APPEND_IN_CHILD, str(lake_dir), "crash_after")
+
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout) == {"committed": False, "table_version": 1, "rows": 0}
+    assert lake.read_arrow(table).to_pylist() == CRASH_ROWS
+    assert [(c.table_version, c.operation, c.app_id) for c in lake.history(table)] == [
+        (0, "CREATE TABLE", None),
+        (1, "WRITE", "crash"),
+    ]
+
+
+@pytest.mark.faults
+def test_crash_before_commit_leaves_no_rows_and_the_rerun_commits_them_once(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("crash_before")
+
+    crashed = run_child(APPEND_IN_CHILD, str(lake_dir), "crash_before", STREAMDI_FAULT_AT="lake.before_commit")
+
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert lake.version(table) == 0  # created before the lock, nothing committed
+    assert lake.read_arrow(table).num_rows == 0
+    assert lake.committed_version(table, "crash") is None
+
+    rerun = run_child(APPEND_IN_CHILD, str(lake_dir), "crash_before")
+    again = run_child(APPEND_IN_CHILD, str(lake_dir), "crash_before")
+
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout) == {"committed": True, "table_version": 1, "rows": 2}
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {"committed": False, "table_version": 1, "rows": 0}
+    assert lake.read_arrow(table).to_pylist() == CRASH_ROWS

@@ -1,0 +1,194 @@
+"""Staging: good lines land in staging.<source>, every bad line lands in staging.rejects with its reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from builders import SHARED_SAMPLE, source_line, write_landing_file
+
+from jobs.stage import parse_delimited, read_lines, source_for_file
+from schemas import sources as src
+from schemas.staging import REJECTS
+from streamdi.batchlog import BatchLog
+from streamdi.collector import collect
+from streamdi.context import JobContext
+from streamdi.lake import Lake
+from streamdi.pipeline import stage_job
+from streamdi.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture(scope="module")
+def ctx(spark, tmp_path_factory) -> JobContext:
+    home = tmp_path_factory.mktemp("stage-home")
+    settings = Settings(home=home, spark_master="local[2]")
+    return JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
+
+
+def test_parse_keeps_good_lines_and_explains_bad_ones(spark):
+    lines = spark.createDataFrame(
+        [
+            (1, source_line(src.TAX_RATE, tx_id="US1", tx_rate="0.15000")),
+            (2, "US2|only two fields"),
+            (3, source_line(src.TAX_RATE, tx_id="US3", tx_rate="abc")),
+            (4, source_line(src.TAX_RATE, tx_id="US4", tx_name="")),
+            (5, ""),
+            (6, source_line(src.TAX_RATE, tx_id="US6", tx_rate="12.5")),  # overflows decimal(6,5)
+        ],
+        "line_no bigint, line string",
+    )
+    staged, rejected = parse_delimited(lines, src.TAX_RATE)
+    assert [tuple(r) for r in staged.collect()] == [("US1", "Bracket one", Decimal("0.15000"), 1)]
+    assert sorted((r.line_no, r.reason) for r in rejected.collect()) == [
+        (2, "expected 3 fields, found 2"),
+        (3, "tx_rate: 'abc' is not a valid decimal(6,5)"),
+        (4, "tx_name: required value is empty"),
+        (5, "empty line"),
+        (6, "tx_rate: '12.5' is not a valid decimal(6,5)"),
+    ]
+
+
+def test_parse_types_every_declared_field(spark):
+    lines = spark.createDataFrame(
+        [(1, source_line(src.DATE_FILE)), (2, source_line(src.TIME_FILE))], "line_no bigint, line string"
+    )
+    date_rows, _ = parse_delimited(lines.where("line_no = 1"), src.DATE_FILE)
+    row = date_rows.first()
+    assert (row.sk_dateid, row.datevalue, row.dayofweeknum, row.holidayflag) == (
+        20170704,
+        dt.date(2017, 7, 4),
+        2,
+        True,
+    )
+    time_rows, time_rejects = parse_delimited(lines.where("line_no = 2"), src.TIME_FILE)
+    row = time_rows.first()
+    assert (row.sk_timeid, row.timevalue, row.markethoursflag) == (93000, "09:30:00", True)
+    assert time_rejects.count() == 0
+
+
+def test_bad_date_and_bad_boolean_are_rejected(spark):
+    lines = spark.createDataFrame(
+        [
+            (1, source_line(src.DATE_FILE, datevalue="2017-13-01")),
+            (2, source_line(src.DATE_FILE, holidayflag="maybe")),
+            (3, source_line(src.DATE_FILE, sk_dateid="2017x")),
+        ],
+        "line_no bigint, line string",
+    )
+    staged, rejected = parse_delimited(lines, src.DATE_FILE)
+    assert staged.count() == 0
+    assert sorted((r.line_no, r.reason) for r in rejected.collect()) == [
+        (1, "datevalue: '2017-13-01' is not a valid date"),
+        (2, "holidayflag: 'maybe' is not a valid boolean"),
+        (3, "sk_dateid: '2017x' is not a valid int"),
+    ]
+
+
+def test_read_lines_numbers_lines_and_strips_crlf(spark, tmp_path: Path):
+    path = write_landing_file(tmp_path / "StatusType.txt", ["ACTV|Active", "CMPT|Completed", "CNCL|Canceled"])
+    rows = sorted(tuple(r) for r in read_lines(spark, str(path)).collect())
+    assert rows == [(1, "ACTV|Active"), (2, "CMPT|Completed"), (3, "CNCL|Canceled")]
+
+
+def test_source_for_file_matches_declared_patterns():
+    assert source_for_file("Batch1/TaxRate.txt") is src.TAX_RATE
+    assert source_for_file("TradeType_batch1_0001.txt") is src.TRADE_TYPE
+    assert source_for_file("Batch1/Customer.xml") is None
+
+
+def test_stage_job_loads_good_lines_and_rejects_bad_ones(ctx: JobContext):
+    landing = ctx.settings.landing_dir
+    write_landing_file(
+        landing / "Batch1" / "TaxRate.txt",
+        [
+            source_line(src.TAX_RATE, tx_id="US1", tx_rate="0.15000"),
+            "US2|wrong field count",
+            source_line(src.TAX_RATE, tx_id="US3", tx_rate="not-a-number"),
+            source_line(src.TAX_RATE, tx_id="US4", tx_rate="0.30500"),
+        ],
+    )
+    write_landing_file(
+        landing / "Batch1" / "Date.txt",
+        [
+            source_line(src.DATE_FILE),
+            source_line(src.DATE_FILE, sk_dateid="20170705", datevalue="2017-07-32"),
+        ],
+    )
+    write_landing_file(landing / "Batch1" / "Unknown.dat", ["what is this"])
+    batch_log = BatchLog(ctx.lake)
+    batch_id = collect(batch_log, landing, now=NOW).batch_id
+    assert batch_id == 1
+
+    detail = stage_job(ctx, batch_id)
+
+    assert detail == {"read": 6, "staged": 3, "rejected": 3, "unknown_files": ["Batch1/Unknown.dat"]}
+    taxes = ctx.lake.read_arrow(src.TAX_RATE.staging).to_pylist()
+    assert [
+        (r["tx_id"], r["tx_rate"], r["batch_id"], r["source_batch"], r["source_file"], r["line_no"]) for r in taxes
+    ] == [
+        ("US1", Decimal("0.15000"), 1, 1, "Batch1/TaxRate.txt", 1),
+        ("US4", Decimal("0.30500"), 1, 1, "Batch1/TaxRate.txt", 4),
+    ]
+    rejects = sorted(
+        (r["source"], r["source_file"], r["line_no"], r["reason"]) for r in ctx.lake.read_arrow(REJECTS).to_pylist()
+    )
+    assert rejects == [
+        ("Date", "Batch1/Date.txt", 2, "datevalue: '2017-07-32' is not a valid date"),
+        ("TaxRate", "Batch1/TaxRate.txt", 2, "expected 3 fields, found 2"),
+        ("TaxRate", "Batch1/TaxRate.txt", 3, "tx_rate: 'not-a-number' is not a valid decimal(6,5)"),
+    ]
+    # read = staged + rejected, per file, counted from the tables themselves
+    for name, source, lines in (
+        ("Batch1/TaxRate.txt", src.TAX_RATE, 4),
+        ("Batch1/Date.txt", src.DATE_FILE, 2),
+    ):
+        staged = sum(1 for r in ctx.lake.read_arrow(source.staging).to_pylist() if r["source_file"] == name)
+        rejected = sum(1 for r in ctx.lake.read_arrow(REJECTS).to_pylist() if r["source_file"] == name)
+        assert staged + rejected == lines
+
+    # the stage is recorded once; running it again commits nothing new
+    assert batch_log.is_done(batch_id, "stage")
+    stage_job(ctx, batch_id)
+    assert len(ctx.lake.read_arrow(src.TAX_RATE.staging)) == 2
+    assert len(ctx.lake.read_arrow(REJECTS)) == 3
+
+
+OFFICIAL_BATCH1 = SHARED_SAMPLE / "Batch1"
+# line counts of the official generator's files in ../shared/tpcdi-sample (Date and Time are cut to 300 lines)
+OFFICIAL_LINES = {
+    "StatusType.txt": 6,
+    "TradeType.txt": 5,
+    "Industry.txt": 102,
+    "TaxRate.txt": 320,
+    "Date.txt": 300,
+    "Time.txt": 300,
+    "BatchDate.txt": 1,
+}
+
+
+@pytest.mark.skipif(not OFFICIAL_BATCH1.exists(), reason="../shared/tpcdi-sample is not beside the checkout")
+@pytest.mark.parametrize("name", sorted(OFFICIAL_LINES))
+def test_official_reference_files_parse_without_a_single_reject(spark, name: str):
+    source = source_for_file(name)
+    staged, rejected = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / name)), source)
+    assert rejected.collect() == []
+    assert staged.count() == OFFICIAL_LINES[name]
+
+
+@pytest.mark.skipif(not OFFICIAL_BATCH1.exists(), reason="../shared/tpcdi-sample is not beside the checkout")
+def test_official_values_keep_their_exact_text(spark):
+    rows, _ = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / "TaxRate.txt")), src.TAX_RATE)
+    first = rows.orderBy("line_no").first()
+    assert (first.tx_id, first.tx_name, str(first.tx_rate)) == (
+        "US1",
+        "U.S. Income Tax Bracket for the poor",
+        "0.15000",
+    )
+    rows, _ = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / "BatchDate.txt")), src.BATCH_DATE)
+    assert rows.first().batchdate == dt.date(2017, 7, 7)

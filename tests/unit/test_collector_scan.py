@@ -1,0 +1,91 @@
+"""The collector's landing-zone scan without Spark or Delta: the TPC-DI batch read from a path, which files
+are collectable, and arrival order (modification time, ties broken by relative path)."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from streamdi.batchlog import LandedFile
+from streamdi.collector import scan_landing, source_batch_of
+
+
+def deliver(landing: Path, relative: str, content: bytes, arrived_at: datetime) -> Path:
+    path = landing / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    os.utime(path, (arrived_at.timestamp(), arrived_at.timestamp()))
+    return path
+
+
+def at(second: int) -> datetime:
+    return datetime(2024, 7, 1, 8, 0, second, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        ("Trade.txt", 1),
+        ("Batch1/BatchDate.txt", 1),
+        ("BatchDate.txt", 1),
+        ("Batch2/Trade.txt", 2),
+        ("batch3/Trade.txt", 3),
+        ("Batch10/Account.txt", 10),
+        ("Trade_batch3_0001.txt", 3),
+        ("Trade-BATCH-12.txt", 12),
+        ("drip/Trade_batch_4_0002.txt", 4),
+        ("Batch2/Trade_batch3_0001.txt", 3),  # the mark nearest the file name wins
+        ("FINWIRE1967Q1", 1),
+    ],
+)
+def test_source_batch_of_reads_the_batch_mark_of_a_path(relative, expected):
+    assert source_batch_of(relative) == expected
+
+
+def test_scan_landing_orders_by_modification_time_then_path_and_skips_temporary_files(tmp_path):
+    deliver(tmp_path, "a.txt", b"aaaa", at(30))
+    deliver(tmp_path, "b.txt", b"b", at(10))
+    deliver(tmp_path, "y.txt", b"yy", at(20))
+    deliver(tmp_path, "x.txt", b"xxx", at(20))
+    deliver(tmp_path, "Batch2/Trade.txt", b"", at(20))
+    for skipped in (
+        ".x",
+        "_x",
+        "x.tmp",
+        "x.part",
+        "x.txt~",
+        ".hidden/z.txt",
+        "_incoming/z.txt",
+        "Batch2/.z.txt",
+    ):
+        deliver(tmp_path, skipped, b"partial", at(1))
+    (tmp_path / "empty_dir").mkdir()
+
+    found = scan_landing(tmp_path)
+
+    # Equal times: "Batch2/Trade.txt" < "x.txt" < "y.txt" (y was written before x).
+    assert found == [
+        LandedFile("b.txt", 1, "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d", at(10), 1),
+        LandedFile(
+            "Batch2/Trade.txt",
+            0,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            at(20),
+            2,
+        ),
+        LandedFile("x.txt", 3, "cd2eb0837c9b4c962c22d2ff8b5441b7b45805887f051d39bf133b583baf6860", at(20), 1),
+        LandedFile("y.txt", 2, "ef90d9c1ec76b1edc9edfaf2c0c05359c10ccc49ae8ecf7b7fd25ce9c02e86a4", at(20), 1),
+        LandedFile("a.txt", 4, "61be55a8e2f6b4e172338bddf184d6dbee29c98853e0a0485ecee7f27b9af0b4", at(30), 1),
+    ]
+
+
+def test_scan_landing_of_an_empty_directory_finds_nothing(tmp_path):
+    assert scan_landing(tmp_path) == []
+
+
+def test_scan_landing_of_a_missing_directory_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="landing directory .*nowhere does not exist"):
+        scan_landing(tmp_path / "nowhere")

@@ -1,0 +1,74 @@
+"""Pure parts of the migrator: which Delta versions belong to a batch, and the net change per key."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from schemas.model import Column, Table
+from streamdi.lake import CommitInfo
+from streamdi.migrator import net_changes, target_version
+
+T = Table("t", "warehouse", (Column("id", "int", False), Column("v", "string")), key=("id",), order_by=("id",))
+
+HISTORY = [
+    CommitInfo(0, "CREATE TABLE", None, None),
+    CommitInfo(1, "WRITE", "T0/t", 1),
+    CommitInfo(2, "MERGE", "T0/t", 2),
+    CommitInfo(3, "OPTIMIZE", None, None),
+    CommitInfo(4, "MERGE", "T0/t", 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("after", "batch", "expected"),
+    [(0, 1, 1), (0, 2, 3), (1, 2, 3), (0, 3, 4), (3, 2, 3), (4, 9, 4), (0, 0, 0)],
+)
+def test_target_version_stops_at_the_first_commit_of_a_later_batch(after, batch, expected):
+    assert target_version(HISTORY, after, batch) == expected
+
+
+def cdf(rows):
+    ids, values, kinds, versions = zip(*rows, strict=True)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int32()),
+            "v": list(values),
+            "_change_type": list(kinds),
+            "_commit_version": pa.array(versions, pa.int64()),
+        }
+    )
+
+
+def test_last_change_per_key_wins_and_deletes_are_separated():
+    changes = cdf(
+        [
+            (1, "a", "insert", 1),
+            (2, "b", "insert", 1),
+            (1, "a", "update_preimage", 2),
+            (1, "a2", "update_postimage", 2),
+            (3, "c", "insert", 2),
+            (2, "b", "delete", 3),
+            (3, "c", "update_preimage", 3),
+            (3, "c3", "update_postimage", 3),
+        ]
+    )
+    upserts, deletes = net_changes(changes, T)
+    assert upserts.to_pylist() == [{"id": 1, "v": "a2"}, {"id": 3, "v": "c3"}]
+    assert deletes.to_pylist() == [{"id": 2}]
+
+
+def test_a_key_deleted_then_reinserted_is_an_upsert():
+    upserts, deletes = net_changes(cdf([(5, "x", "insert", 1), (5, "x", "delete", 2), (5, "y", "insert", 3)]), T)
+    assert upserts.to_pylist() == [{"id": 5, "v": "y"}]
+    assert deletes.num_rows == 0
+
+
+def test_two_changes_of_one_key_in_one_commit_are_refused():
+    with pytest.raises(ValueError, match="changes the same key more than once"):
+        net_changes(cdf([(1, "a", "insert", 1), (1, "b", "insert", 1)]), T)
+
+
+def test_empty_feed_gives_empty_changes():
+    upserts, deletes = net_changes(cdf([(1, "a", "update_preimage", 1)]), T)
+    assert (upserts.num_rows, deletes.num_rows, deletes.column_names) == (0, 0, ["id"])

@@ -1,0 +1,58 @@
+"""Settings come from STREAMDI_* variables (and DATABASE_URL) with defaults; secrets never print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamdi.settings import Settings, mask_url
+
+
+def test_defaults_derive_from_home(monkeypatch, tmp_path: Path):
+    for var in ("STREAMDI_LAKE", "STREAMDI_LANDING", "DATABASE_URL", "STREAMDI_SPARK_MASTER"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    s = Settings()
+    assert s.lake_root == tmp_path / "lake"
+    assert s.landing_dir == tmp_path / "landing"
+    assert s.pgdata == tmp_path / "pgdata"
+    assert s.spark_master == "local[*]"
+    assert s.spark_ui is False
+    assert s.uses_embedded_postgres
+
+
+def test_environment_overrides(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.setenv("STREAMDI_LAKE", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("STREAMDI_SPARK_MASTER", "spark://127.0.0.1:7077")
+    monkeypatch.setenv("STREAMDI_SPARK_UI", "true")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://loader:s3cret@db.example:5432/dw")
+    s = Settings()
+    assert s.lake_root == tmp_path / "elsewhere"
+    assert s.spark_master == "spark://127.0.0.1:7077"
+    assert s.spark_ui is True
+    assert not s.uses_embedded_postgres
+    view = s.public_view()
+    assert view["DATABASE_URL"] == "postgresql://loader:***@db.example:5432/dw"
+    assert "s3cret" not in repr(view)
+
+
+def test_mask_url_leaves_urls_without_password_alone():
+    assert mask_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert mask_url("postgresql://u:p%40ss@h/db") == "postgresql://u:***@h/db"
+    assert mask_url(None) is None
+
+
+def test_streamdi_config_masks_secrets(monkeypatch, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from streamdi.cli import app
+
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.setenv("DATABASE_URL", "postgresql://loader:hunter2@db:5432/dw")
+    monkeypatch.setenv("STREAMDI_READER_PASSWORD", "reader-secret")
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, ["config"])
+    assert result.exit_code == 0
+    assert "postgresql://loader:***@db:5432/dw" in result.output
+    assert "hunter2" not in result.output and "reader-secret" not in result.output
+    assert str(tmp_path / "lake") in result.output
