@@ -119,6 +119,7 @@ def ensure_packages() -> None:
 def _java_module():
     spec = importlib.util.spec_from_file_location("streamdi_java", ROOT / "streamdi" / "java.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
