@@ -205,14 +205,15 @@ def run(
                 text += f"; not staged (no declared source): {', '.join(d['unknown_files'])}"
         else:
             text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
-        console.print(f"  batch {step.batch_id} {step.stage:<9} done: {text}")
+        console.print(f"  batch {step.batch_id} {step.stage:<9} done in {step.seconds:5.1f}s: {text}")
 
-    report = run_pending(ctx, on_plan=show_plan, on_step=show_step)
-    if report.collected.batch_id is not None:
-        console.print(
-            f"collected batch {report.collected.batch_id}: {len(report.collected.files)} new file(s) "
-            f"from {settings.landing_dir}"
-        )
+    def show_collected(collected) -> None:
+        if collected.batch_id is not None:
+            console.print(
+                f"collected batch {collected.batch_id}: {len(collected.files)} new file(s) from {settings.landing_dir}"
+            )
+
+    report = run_pending(ctx, on_collect=show_collected, on_plan=show_plan, on_step=show_step)
     if report.nothing_to_do:
         console.print(f"nothing new arrived in {settings.landing_dir}; every batch is already done.")
     for name in report.collected.changed:

@@ -6,7 +6,6 @@ clock; the platform creates one context per process (`open_context`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from streamdi.lake import Lake
@@ -18,12 +17,23 @@ if TYPE_CHECKING:
     from streamdi.warehouse import Warehouse
 
 
-@dataclass
 class JobContext:
-    settings: Settings
-    spark: SparkSession
-    lake: Lake
-    _warehouse: Warehouse | None = field(default=None, repr=False)
+    """Settings, lake and warehouse for one process; Spark and PostgreSQL start only when first used, so a
+    run with nothing to do costs no JVM start."""
+
+    def __init__(self, settings: Settings, spark: SparkSession | None = None, lake: Lake | None = None) -> None:
+        self.settings = settings
+        self._spark = spark
+        self.lake = lake or Lake(settings.lake_root, spark, spark_factory=lambda: self.spark)
+        self._warehouse: Warehouse | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from streamdi.spark import get_spark
+
+            self._spark = get_spark(self.settings)
+        return self._spark
 
     @property
     def warehouse(self) -> Warehouse:
@@ -35,8 +45,5 @@ class JobContext:
 
 
 def open_context(settings: Settings) -> JobContext:
-    """Start (or reuse) the process's SparkSession and open the lake under `settings.lake_root`."""
-    from streamdi.spark import get_spark
-
-    spark = get_spark(settings)
-    return JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
+    """A context whose lake lives under `settings.lake_root`; nothing is started yet."""
+    return JobContext(settings)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,9 +69,16 @@ class CommitInfo:
 class Lake:
     """Delta tables under one root directory: `<root>/<layer>/<table>`."""
 
-    def __init__(self, root: Path, spark: SparkSession | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        spark: SparkSession | None = None,
+        spark_factory: Callable[[], SparkSession] | None = None,
+    ) -> None:
+        """`spark` (or `spark_factory`, called on first need) is only required to read DataFrames."""
         self.root = Path(root).absolute()
         self.spark = spark
+        self._spark_factory = spark_factory
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -266,6 +273,8 @@ class Lake:
         return _sorted(data, table)
 
     def _spark(self) -> SparkSession:
+        if self.spark is None and self._spark_factory is not None:
+            self.spark = self._spark_factory()
         if self.spark is None:
             raise RuntimeError("this Lake was opened without a SparkSession; pass one to read DataFrames")
         return self.spark

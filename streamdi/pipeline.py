@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -83,6 +84,7 @@ class StepResult:
     batch_id: int
     stage: str
     detail: dict
+    seconds: float
 
 
 @dataclass
@@ -98,19 +100,23 @@ class RunReport:
 def run_pending(
     ctx: JobContext,
     *,
+    on_collect: Callable[[CollectResult], None] | None = None,
     on_plan: Callable[[list[tuple[int, str]]], None] | None = None,
     on_step: Callable[[StepResult], None] | None = None,
 ) -> RunReport:
     """Collect new files, then run every pending (batch, stage) in order until all are done."""
     collected = collect_job(ctx)
+    if on_collect:
+        on_collect(collected)
     batch_log = BatchLog(ctx.lake)
     plan = batch_log.pending()
     if on_plan:
         on_plan(plan)
     report = RunReport(collected=collected)
     for batch_id, stage_name in plan:
+        started = time.perf_counter()
         detail = STAGE_JOBS[stage_name](ctx, batch_id)
-        step = StepResult(batch_id, stage_name, detail)
+        step = StepResult(batch_id, stage_name, detail, time.perf_counter() - started)
         report.steps.append(step)
         if on_step:
             on_step(step)

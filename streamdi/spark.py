@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +29,8 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     os.environ["JAVA_HOME"] = str(runtime.home)
     # Workers must use this interpreter, not whatever `python3` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    log_config = Path(__file__).with_name("log4j2.properties")
+    java_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile=file:{log_config}"
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
@@ -38,7 +41,7 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.ansi.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
     if settings.spark_master.startswith("local"):

@@ -115,7 +115,7 @@ def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
     first = cli(home, "run", "--sample")
     assert first.returncode == 0, first.stderr
     assert "collected batch 1: 7 new file(s)" in first.stdout
-    assert "batch 1 migrate   done" in first.stdout
+    assert "batch 1 migrate   done in" in first.stdout
     assert_reference_warehouse(home)
     delta_after_first, pg_after_first, ledger_after_first = (
         delta_snapshot(home),
