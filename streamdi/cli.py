@@ -24,7 +24,7 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="The embedded PostgreSQL server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-console = Console()
+console = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 SAMPLE = "sample"
@@ -239,6 +239,26 @@ def batches() -> None:
             *(r[s] for s in STAGES),
         )
     console.print(table if rows else "the batch log is empty")
+
+
+@db_app.command("start")
+def db_start() -> None:
+    """Start the embedded PostgreSQL server and keep it running (for psql and BI tools) until `db stop`."""
+    from streamdi.embedded_pg import keep_running
+
+    settings = load_settings()
+    if settings.database_url:
+        console.print("DATABASE_URL is set: streamdi uses that server, not an embedded one.")
+        return
+    keep_running(settings)
+    console.print(f"embedded PostgreSQL in {settings.pgdata} is running until `streamdi db stop`.")
+    console.print(f"read-only access:  psql '{_reader_url(settings)}'")
+
+
+def _reader_url(settings: Settings) -> str:
+    from streamdi.warehouse import open_warehouse
+
+    return open_warehouse(settings).display_conninfo("reader")
 
 
 @db_app.command("stop")

@@ -55,6 +55,13 @@ if _lib_log.level == logging.NOTSET:
     _lib_log.setLevel(logging.WARNING)
 
 _HANDLES_FILE = ".handle_pids.json"
+_KEEP_RUNNING = ".keep-running"  # beside pgdata (initdb wants it empty): set by `db start`, removed by `stop_server`
+
+
+def _keep_marker(pgdata: Path) -> Path:
+    return pgdata.with_name(pgdata.name + _KEEP_RUNNING)
+
+
 _LOG_TAIL_LINES = 40
 
 # Servers this process has registered with, by pgdata; the cached URL is reused while the postmaster lives.
@@ -113,6 +120,7 @@ def stop_server(settings: Settings) -> bool:
     pgdata = settings.pgdata.resolve()
     if not (pgdata / "PG_VERSION").exists():
         return False
+    _keep_marker(pgdata).unlink(missing_ok=True)
     with PostgresServer._lock:
         DiskList(pgdata / _HANDLES_FILE).put([])
         _started.pop(pgdata, None)
@@ -165,6 +173,22 @@ def _prune_dead_handles_locked(pgdata: Path) -> None:
     if pgdata.exists():
         with PostgresServer._lock:
             _prune_dead_handles(pgdata)
+            if _keep_marker(pgdata).exists():
+                # Leave the list without us: the library's exit hook then sees another user and keeps the
+                # server running for `streamdi db start` (until `streamdi db stop`).
+                handles = DiskList(pgdata / _HANDLES_FILE)
+                handles.put([pid for pid in handles._get() if pid != os.getpid()])
+
+
+def keep_running(settings: Settings) -> str:
+    """Start (or reuse) the server and keep it running after this process exits, until `stop_server`.
+
+    For interactive use (`streamdi db start`): psql, BI tools and notebooks can then connect. Returns the
+    superuser URL.
+    """
+    settings.pgdata.parent.mkdir(parents=True, exist_ok=True)
+    _keep_marker(settings.pgdata.resolve()).touch()
+    return ensure_server(settings)
 
 
 def _ensure_database(server: PostgresServer, database: str) -> None:

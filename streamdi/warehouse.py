@@ -154,6 +154,12 @@ class Warehouse:
 
     # -- connections ---------------------------------------------------------------------------------
 
+    def display_conninfo(self, role: Role = "reader") -> str:
+        """libpq connection string for `role` without its password (for psql and BI tools)."""
+        params = conninfo_to_dict(self._conninfo[role])
+        params.pop("password", None)
+        return make_conninfo(**params)
+
     @contextmanager
     def connect(self, role: Role = "admin") -> Iterator[psycopg.Connection]:
         """A new connection as `role` (not autocommit): committed when the block ends normally, rolled

@@ -171,3 +171,22 @@ def test_doctor_without_java_says_what_to_install_and_fails(home: Path, tmp_path
     assert "No Java runtime found" in result.stdout
     assert "openjdk-17-jre-headless" in result.stdout
     assert "some checks failed" in result.stderr
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")), reason="the embedded server is only used without DATABASE_URL"
+)
+def test_db_start_keeps_the_embedded_server_running_until_db_stop(home: Path):
+    from streamdi.embedded_pg import server_running
+
+    settings = Settings(home=home)
+    started = cli(home, "db", "start")
+    assert started.returncode == 0, started.stderr
+    assert f"psql 'user=streamdi_reader dbname=streamdi host={settings.pgdata}'" in started.stdout
+    assert server_running(settings)  # the CLI process has exited, the server has not
+    ran = cli(home, "run", "--sample")  # a pipeline run in between must not stop it either
+    assert ran.returncode == 0, ran.stderr
+    assert server_running(settings)
+    stopped = cli(home, "db", "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert not server_running(settings)
