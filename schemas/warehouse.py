@@ -6,32 +6,15 @@ like the spec's `DimDate.DateValue`. Only the tables the pipeline builds so far 
 
 from __future__ import annotations
 
-from schemas.model import Column as C
+from schemas import sources as src
 from schemas.model import Table
 
+# The reference tables are loaded from their Batch1 files as they are (TPC-DI 1.1.0, 4.5.1-4.5.3), so they
+# declare the very columns of their source files.
 DIM_DATE = Table(
     name="dimdate",
     layer="warehouse",
-    columns=(
-        C("sk_dateid", "int", False),
-        C("datevalue", "date", False),
-        C("datedesc", "string", False),
-        C("calendaryearid", "int", False),
-        C("calendaryeardesc", "string", False),
-        C("calendarqtrid", "int", False),
-        C("calendarqtrdesc", "string", False),
-        C("calendarmonthid", "int", False),
-        C("calendarmonthdesc", "string", False),
-        C("calendarweekid", "int", False),
-        C("calendarweekdesc", "string", False),
-        C("dayofweeknum", "int", False),
-        C("dayofweekdesc", "string", False),
-        C("fiscalyearid", "int", False),
-        C("fiscalyeardesc", "string", False),
-        C("fiscalqtrid", "int", False),
-        C("fiscalqtrdesc", "string", False),
-        C("holidayflag", "boolean", False),
-    ),
+    columns=src.DATE_FILE.columns,
     key=("sk_dateid",),
     order_by=("sk_dateid",),
     pg_indexes=(("datevalue",),),
@@ -41,18 +24,7 @@ DIM_DATE = Table(
 DIM_TIME = Table(
     name="dimtime",
     layer="warehouse",
-    columns=(
-        C("sk_timeid", "int", False),
-        C("timevalue", "time", False),
-        C("hourid", "int", False),
-        C("hourdesc", "string", False),
-        C("minuteid", "int", False),
-        C("minutedesc", "string", False),
-        C("secondid", "int", False),
-        C("seconddesc", "string", False),
-        C("markethoursflag", "boolean", False),
-        C("officehoursflag", "boolean", False),
-    ),
+    columns=src.TIME_FILE.columns,
     key=("sk_timeid",),
     order_by=("sk_timeid",),
     pg_indexes=(("timevalue",),),
@@ -60,42 +32,23 @@ DIM_TIME = Table(
 )
 
 STATUS_TYPE = Table(
-    name="statustype",
-    layer="warehouse",
-    columns=(C("st_id", "string", False), C("st_name", "string", False)),
-    key=("st_id",),
-    order_by=("st_id",),
+    name="statustype", layer="warehouse", columns=src.STATUS_TYPE.columns, key=("st_id",), order_by=("st_id",)
 )
 
 TRADE_TYPE = Table(
-    name="tradetype",
-    layer="warehouse",
-    columns=(
-        C("tt_id", "string", False),
-        C("tt_name", "string", False),
-        C("tt_is_sell", "int", False),
-        C("tt_is_mrkt", "int", False),
-    ),
-    key=("tt_id",),
-    order_by=("tt_id",),
+    name="tradetype", layer="warehouse", columns=src.TRADE_TYPE.columns, key=("tt_id",), order_by=("tt_id",)
 )
 
 INDUSTRY = Table(
     name="industry",
     layer="warehouse",
-    columns=(C("in_id", "string", False), C("in_name", "string", False), C("in_sc_id", "string", False)),
+    columns=src.INDUSTRY.columns,
     key=("in_id",),
     order_by=("in_id",),
     pg_indexes=(("in_name",),),
 )
 
-TAX_RATE = Table(
-    name="taxrate",
-    layer="warehouse",
-    columns=(C("tx_id", "string", False), C("tx_name", "string", False), C("tx_rate", "decimal(6,5)", False)),
-    key=("tx_id",),
-    order_by=("tx_id",),
-)
+TAX_RATE = Table(name="taxrate", layer="warehouse", columns=src.TAX_RATE.columns, key=("tx_id",), order_by=("tx_id",))
 
 REFERENCE_TABLES: tuple[Table, ...] = (DIM_DATE, DIM_TIME, STATUS_TYPE, TRADE_TYPE, INDUSTRY, TAX_RATE)
 WAREHOUSE_TABLES: tuple[Table, ...] = REFERENCE_TABLES
