@@ -111,7 +111,10 @@ class BatchLog:
             "detail": json.dumps(detail, sort_keys=True) if detail is not None else None,
         }
         data = pa.Table.from_pylist([row], schema=BATCH_EVENTS.arrow_schema())
-        return self.lake.append(BATCH_EVENTS, data, app_id=f"event/{stage}/{state}", version=batch_id).committed
+        # One app id per (batch, stage, state): marks of different batches never shadow each other, whatever
+        # order they arrive in (an app id's check skips every version not newer than the last one).
+        app_id = f"event/{batch_id}/{stage}/{state}"
+        return self.lake.append(BATCH_EVENTS, data, app_id=app_id, version=batch_id).committed
 
     def states(self) -> dict[tuple[int, str], str]:
         """Latest state per (batch, stage)."""

@@ -338,3 +338,11 @@ def test_two_collectors_at_the_same_time_register_each_file_exactly_once(tmp_pat
     batch_log = BatchLog(Lake(root))
     assert batch_log.batch_ids() == [1]
     assert [(f.file_seq, f.file) for f in batch_log.files(1)] == list(enumerate(names, start=1))
+
+
+def test_marks_of_an_earlier_batch_are_recorded_after_a_later_batch(batch_log):
+    batch_log.register([landed("a.txt")], now=NOW)
+    batch_log.register([landed("b.txt")], now=NOW)
+    assert batch_log.mark(2, "stage", "done", now=NOW) is True
+    assert batch_log.mark(1, "stage", "done", now=NOW) is True
+    assert batch_log.is_done(1, "stage") and batch_log.is_done(2, "stage")
