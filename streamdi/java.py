@@ -15,6 +15,7 @@ from pathlib import Path
 
 SUPPORTED_MAJORS = (17, 21)
 REQUIRED_MODULE = "jdk.incubator.vector"
+SYSTEM_JVM_DIRS: tuple[Path, ...] = (Path("/usr/lib/jvm"),)  # where system packages put JDKs
 INSTALL_HINT = (
     "Install a Java 17 or 21 runtime that includes the jdk.incubator.vector module, e.g.\n"
     "  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jre-headless\n"
@@ -43,7 +44,14 @@ def _candidate() -> tuple[Path | None, str]:
         exe = Path(java_home) / "bin" / "java"
         return (exe if exe.exists() else None), f"JAVA_HOME={java_home}"
     found = shutil.which("java")
-    return (Path(found).resolve() if found else None), "PATH"
+    if found:
+        return Path(found).resolve(), "PATH"
+    # Installed by the system package manager but not (yet) on PATH, e.g. right after apt-get install.
+    for pattern in ("java-17-openjdk*", "java-21-openjdk*", "temurin-17*", "temurin-21*"):
+        for home in sorted(h for root in SYSTEM_JVM_DIRS for h in root.glob(pattern)):
+            if (home / "bin" / "java").exists():
+                return home / "bin" / "java", f"{home} (not on PATH)"
+    return None, "JAVA_HOME, PATH and " + ", ".join(map(str, SYSTEM_JVM_DIRS))
 
 
 def _major(version: str) -> int:

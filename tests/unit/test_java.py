@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from streamdi import java
 from streamdi.java import JavaNotUsable, find_java
 
 
@@ -51,6 +52,7 @@ def test_runtime_without_incubator_vector_is_refused(monkeypatch, tmp_path: Path
 def test_missing_java_names_what_to_install(monkeypatch, tmp_path: Path):
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no java on it
+    monkeypatch.setattr(java, "SYSTEM_JVM_DIRS", (tmp_path / "jvm",))
     with pytest.raises(JavaNotUsable, match="No Java runtime found") as info:
         find_java()
     assert "apt-get install -y openjdk-17-jre-headless" in str(info.value)
@@ -60,3 +62,12 @@ def test_java_home_pointing_nowhere_is_reported(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))
     with pytest.raises(JavaNotUsable, match=f"JAVA_HOME={os.fspath(tmp_path / 'no-such-jdk')}"):
         find_java()
+
+
+def test_system_jdk_not_on_path_is_found(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    fake_java(tmp_path / "jvm" / "java-17-openjdk-amd64", "17.0.15")
+    monkeypatch.setattr(java, "SYSTEM_JVM_DIRS", (tmp_path / "jvm",))
+    runtime = find_java()
+    assert runtime.home == tmp_path / "jvm" / "java-17-openjdk-amd64"
