@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import shutil
 import sys
 import time
+import traceback
 from importlib import metadata
 from importlib.resources import files as package_files
 from pathlib import Path
@@ -275,7 +278,27 @@ def db_stop() -> None:
 
 
 def main() -> None:
-    app()
+    """Run the CLI, then leave without interpreter finalization.
+
+    delta-rs (and the Arrow/JVM threads around it) can abort a process during interpreter shutdown
+    ("terminate called without an active exception", delta-io/delta-rs#2184) after all work is done. So
+    exit handlers (embedded PostgreSQL cleanup, Spark shutdown) run explicitly, output is flushed, and the
+    process ends with `os._exit` and the command's exit code.
+    """
+    code = 0
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report it, then exit like Python would
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
