@@ -16,11 +16,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.model import SourceFile, decimal_precision
-from schemas.sources import ALL_SOURCES
+from schemas.sources import AUDIT_PATTERN, sources_for_batch
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
@@ -30,12 +32,20 @@ log = logging.getLogger(__name__)
 _INTEGER = r"^[+-]?[0-9]+$"
 _DECIMAL = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
 _TIME = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]$"
-_BOOLEAN_TEXT = {"true": True, "false": False, "1": True, "0": False}
 
 
-def source_for_file(file: str, sources: tuple[SourceFile, ...] = ALL_SOURCES) -> SourceFile | None:
-    """The declared source whose pattern matches the file's name (None if no source matches)."""
+def source_for_file(
+    file: str, source_batch: int = 1, sources: tuple[SourceFile, ...] | None = None
+) -> SourceFile | None:
+    """The declared source whose pattern matches the file's name (None if no source matches).
+
+    `source_batch` (the file's TPC-DI batch) picks the Batch1 or the incremental (CDC) variant of a source
+    that has both, e.g. `Trade.txt`; `*_audit.csv` files are expected counts, never data (None).
+    """
     name = PurePosixPath(file).name
+    if fnmatch.fnmatchcase(name, AUDIT_PATTERN):
+        return None
+    sources = sources_for_batch(source_batch) if sources is None else sources
     matches = [s for s in sources if fnmatch.fnmatchcase(name, s.pattern)]
     if len(matches) > 1:
         raise ValueError(f"{file} matches several sources: {[s.name for s in matches]}")
@@ -70,16 +80,17 @@ def _parse_value(raw: Column, logical: str, fmt: str | None) -> tuple[Column, Co
     raise ValueError(f"no parser for logical type {logical}")
 
 
-def parse_delimited(lines: DataFrame, source: SourceFile) -> tuple[DataFrame, DataFrame]:
-    """Split and type the lines of one source file.
+def check_lines(lines: DataFrame, source: SourceFile) -> DataFrame:
+    """Split and type lines of `source`: the declared columns plus `reason` ('' for a good line).
 
-    `lines` has columns `line_no` (1-based) and `line` (the raw text, line ending removed). Returns
-    `(staged, rejected)`: `staged` has the source's declared columns plus `line_no`; `rejected` has
-    `line_no`, `line` and `reason`. Every input line is in exactly one of the two.
+    `lines` has `line_no`, `line` (the raw text, line ending removed) and any lineage columns, which are
+    passed through. A line is bad when it is empty, has the wrong number of fields, has a value that is not
+    of its declared type, or leaves a required field empty; `reason` then names every problem.
     """
     expected = len(source.columns)
+    passthrough = [c for c in lines.columns if c not in ("line_no", "line")]
     fields = F.split(F.col("line"), re.escape(source.delimiter), -1)
-    parsed = lines.select("line_no", "line", fields.alias("_fields"))
+    parsed = lines.select("line_no", "line", *passthrough, fields.alias("_fields"))
     typed, problems = [], []
     for i, col in enumerate(source.columns):
         raw = F.get(F.col("_fields"), i)
@@ -96,7 +107,13 @@ def parse_delimited(lines: DataFrame, source: SourceFile) -> tuple[DataFrame, Da
         .when(count != expected, F.format_string(f"expected {expected} fields, found %d", count))
         .otherwise(F.concat_ws("; ", *problems))
     )
-    checked = parsed.select("line_no", "line", *typed, reason.alias("reason"))
+    return parsed.select("line_no", "line", *passthrough, *typed, reason.alias("reason"))
+
+
+def parse_delimited(lines: DataFrame, source: SourceFile) -> tuple[DataFrame, DataFrame]:
+    """`(staged, rejected)` lines of one source: `staged` has the declared columns plus `line_no`;
+    `rejected` has `line_no`, `line` and `reason`. Every input line is in exactly one of the two."""
+    checked = check_lines(lines, source)
     good = F.col("reason") == ""
     staged = checked.where(good).select(*[c.name for c in source.columns], "line_no")
     rejected = checked.where(~good).select("line_no", "line", "reason")
@@ -104,12 +121,28 @@ def parse_delimited(lines: DataFrame, source: SourceFile) -> tuple[DataFrame, Da
 
 
 def read_lines(spark: SparkSession, path: str) -> DataFrame:
-    """The file's lines with 1-based line numbers (CR of CRLF endings removed). Line numbers come from the
-    file's own order (zipWithIndex over the ordered splits), never from partition ids."""
-    rdd = spark.sparkContext.textFile(path).zipWithIndex().map(lambda pair: (pair[1] + 1, pair[0]))
-    return spark.createDataFrame(rdd, "line_no bigint, line string").withColumn(
-        "line", F.regexp_replace("line", "\r$", "")
-    )
+    """The file's lines with 1-based line numbers, line endings (LF or CRLF) removed, empty lines kept.
+
+    Lines are split by Arrow's C++ reader in the driver and numbered in file order, so numbers never depend
+    on Spark partitioning; Spark parses them in parallel. Bytes that are not UTF-8 become U+FFFD (the line
+    is kept, and rejected by the parser if a field no longer fits its type).
+    """
+    return spark.createDataFrame(numbered_lines(path))
+
+
+def numbered_lines(path: str) -> pa.Table:
+    """`line_no`, `line` of a text file, split in Arrow's C++ kernels (any byte may occur inside a line)."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    parts = pc.split_pattern(pa.array([data], pa.large_binary()), pattern=b"\n")[0].values
+    if len(parts) and parts[-1].as_py() == b"":  # the newline that ends the last line opens no new line
+        parts = parts.slice(0, len(parts) - 1)
+    try:
+        lines = parts.cast(pa.large_string())
+    except pa.ArrowInvalid:
+        lines = pa.array([b.decode("utf-8", errors="replace") for b in parts.to_pylist()], pa.large_string())
+    lines = pc.replace_substring_regex(lines, pattern="\r$", replacement="")
+    return pa.table({"line_no": pa.array(range(1, len(lines) + 1), pa.int64()), "line": lines})
 
 
 @dataclass
@@ -146,49 +179,62 @@ class StageReport:
 def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
-    Raises if the counts of a file do not reconcile (read != staged + rejected), which would be a bug.
+    The files of one source are parsed together in one Spark job. Raises if the counts of a file do not
+    reconcile (lines read != staged + rejected), which would be a bug, not bad data.
     """
-    spark, lake = ctx.spark, ctx.lake
     report = StageReport(batch_id)
-    staged_by_source: dict[str, list[DataFrame]] = {}
-    rejects: list[DataFrame] = []
+    by_source: dict[str, tuple[SourceFile, list[BatchFile]]] = {}
     for bf in files:
-        source = source_for_file(bf.file)
+        source = source_for_file(bf.file, bf.source_batch)
         if source is None:
             log.warning("batch %s: %s matches no declared source; registered but not staged", batch_id, bf.file)
             report.files.append(FileReport(bf.file, None, 0, 0, 0))
             continue
-        lines = read_lines(spark, str(ctx.settings.landing_dir / bf.file)).cache()
-        staged, rejected = parse_delimited(lines, source)
-        lineage = [
-            F.lit(batch_id).cast("bigint").alias("batch_id"),
-            F.lit(bf.source_batch).cast("int").alias("source_batch"),
-            F.lit(bf.file).alias("source_file"),
-        ]
-        staged = staged.select(*[c.name for c in source.columns], *lineage, "line_no").cache()
-        rejected = rejected.select(
-            *lineage[:2], F.lit(source.name).alias("source"), lineage[2], "line_no", "line", "reason"
-        ).cache()
-        counts = FileReport(bf.file, source.name, lines.count(), staged.count(), rejected.count())
-        if counts.read != counts.staged + counts.rejected:
-            raise AssertionError(
-                f"{bf.file}: read {counts.read} != staged {counts.staged} + rejected {counts.rejected}"
-            )
-        if counts.rejected:
-            log.warning("batch %s: %s: %d of %d lines rejected", batch_id, bf.file, counts.rejected, counts.read)
-        report.files.append(counts)
-        staged_by_source.setdefault(source.name, []).append(staged)
+        by_source.setdefault(source.name, (source, []))[1].append(bf)
+    rejects: list[pa.Table] = []
+    for name in sorted(by_source):
+        source, group = by_source[name]
+        staged, rejected, counts = stage_source(ctx, batch_id, source, group)
+        report.files.extend(counts)
+        ctx.lake.append(source.staging, staged, app_id=f"stage/{source.staging.name}", version=batch_id)
         rejects.append(rejected)
-    for name, frames in sorted(staged_by_source.items()):
-        source = next(s for s in ALL_SOURCES if s.name == name)
-        lake.append(source.staging, _union(frames), app_id=f"stage/{source.staging.name}", version=batch_id)
     if rejects:
-        lake.append(REJECTS, _union(rejects), app_id="stage/rejects", version=batch_id)
+        ctx.lake.append(REJECTS, pa.concat_tables(rejects), app_id="stage/rejects", version=batch_id)
+    arrival = {bf.file: i for i, bf in enumerate(files)}
+    report.files.sort(key=lambda f: arrival[f.file])
     return report
 
 
-def _union(frames: list[DataFrame]) -> DataFrame:
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out
+def stage_source(
+    ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]
+) -> tuple[pa.Table, pa.Table, list[FileReport]]:
+    """Parse all `files` of one source: (staged rows, rejected rows, per-file counts)."""
+    parts = []
+    for bf in files:
+        lines = numbered_lines(str(ctx.settings.landing_dir / bf.file))
+        n = lines.num_rows
+        parts.append(
+            lines.append_column("source_file", pa.array([bf.file] * n, pa.large_string())).append_column(
+                "source_batch", pa.array([bf.source_batch] * n, pa.int32())
+            )
+        )
+    lines = pa.concat_tables(parts)
+    checked = check_lines(ctx.spark.createDataFrame(lines), source).toArrow()
+    good = pc.equal(checked["reason"], "")
+    batch = pa.array([batch_id] * checked.num_rows, pa.int64())
+    checked = checked.append_column("batch_id", batch).append_column(
+        "source", pa.array([source.name] * checked.num_rows, pa.large_string())
+    )
+    staged = checked.filter(good).select(source.staging.column_names)
+    rejected = checked.filter(pc.invert(good)).select(REJECTS.column_names)
+    counts = []
+    for bf, part in zip(files, parts, strict=True):
+        in_file = pc.equal(checked["source_file"], bf.file)
+        n_staged = pc.sum(pc.and_(in_file, good)).as_py() or 0
+        n_rejected = pc.sum(pc.and_(in_file, pc.invert(good))).as_py() or 0
+        if part.num_rows != n_staged + n_rejected:
+            raise AssertionError(f"{bf.file}: read {part.num_rows} != staged {n_staged} + rejected {n_rejected}")
+        if n_rejected:
+            log.warning("batch %s: %s: %d of %d lines rejected", batch_id, bf.file, n_rejected, part.num_rows)
+        counts.append(FileReport(bf.file, source.name, part.num_rows, n_staged, n_rejected))
+    return staged, rejected, counts
