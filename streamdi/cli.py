@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from streamdi.generator.cli import generate_app as _generate_app
 from streamdi.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="The embedded PostgreSQL server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(_generate_app, name="generate")
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
 

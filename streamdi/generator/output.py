@@ -1,0 +1,93 @@
+"""Writing generated files: the data files, their `<Source>_audit.csv` and the per-batch bookkeeping.
+
+Audit figures are counted from the rows actually handed to `write_file`, never from the parameters, so the
+audit files always describe what is on disk.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from streamdi.generator.text import CRLF, lines_to_bytes
+
+AUDIT_HEADER = "DataSet, BatchID ,Date , Attribute , Value, DValue"
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One line of an audit file: (DataSet, BatchID, Date, Attribute, Value, DValue)."""
+
+    dataset: str
+    batch: int
+    attribute: str
+    value: int | None = None
+    date: dt.date | None = None
+    dvalue: str | None = None
+
+    def line(self) -> str:
+        cells = (
+            self.dataset,
+            str(self.batch),
+            "" if self.date is None else self.date.isoformat(),
+            self.attribute,
+            "" if self.value is None else str(self.value),
+            "" if self.dvalue is None else self.dvalue,
+        )
+        return ",".join(cells)
+
+
+def audit_bytes(rows: list[AuditRow]) -> bytes:
+    return (CRLF.join([AUDIT_HEADER, *(r.line() for r in rows)]) + CRLF).encode()
+
+
+@dataclass
+class WrittenFile:
+    path: str  # relative to the output directory
+    rows: int
+    bytes: int
+
+
+@dataclass
+class Output:
+    """The output directory and a record of every file written (for the summary and the tests)."""
+
+    root: Path
+    on_file: Callable[[WrittenFile], None] | None = None
+    files: list[WrittenFile] = field(default_factory=list)
+
+    def write(self, relative: str, content: bytes, rows: int) -> WrittenFile:
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(content)
+        tmp.replace(path)
+        written = WrittenFile(relative, rows, len(content))
+        self.files.append(written)
+        if self.on_file:
+            self.on_file(written)
+        return written
+
+    def write_lines(self, relative: str, lines: pa.Array | list[str]) -> WrittenFile:
+        return self.write(relative, lines_to_bytes(lines), len(lines))
+
+    def write_audit(self, relative: str, rows: list[AuditRow]) -> WrittenFile:
+        return self.write(relative, audit_bytes(rows), len(rows))
+
+    def next_dsn(self, source: str) -> int:
+        """CDC_DSN of the first line of an incremental `source` file: one more than the lines of that source
+        written in earlier batches (as DIGen numbers DailyMarket: Batch2 continues after Batch1's count)."""
+        return 1 + sum(f.rows for f in self.files if f.path.rsplit("/", 1)[-1].split(".")[0] == source)
+
+    @property
+    def rows(self) -> int:
+        """Source rows written (audit files excluded), as the official generator counts them."""
+        return sum(f.rows for f in self.files if not f.path.endswith("_audit.csv"))
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
