@@ -172,8 +172,18 @@ class StageReport:
         return sum(f.rejected for f in self.files)
 
     @property
+    def audit_files(self) -> list[str]:
+        """`*_audit.csv` files: expected counts for the audit, not data."""
+        return [f.file for f in self.files if f.source is None and _is_audit(f.file)]
+
+    @property
     def unknown_files(self) -> list[str]:
-        return [f.file for f in self.files if f.source is None]
+        """Files that match no declared source (registered in the batch log, not staged)."""
+        return [f.file for f in self.files if f.source is None and not _is_audit(f.file)]
+
+
+def _is_audit(file: str) -> bool:
+    return fnmatch.fnmatchcase(PurePosixPath(file).name, AUDIT_PATTERN)
 
 
 def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
@@ -187,7 +197,8 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     for bf in files:
         source = source_for_file(bf.file, bf.source_batch)
         if source is None:
-            log.warning("batch %s: %s matches no declared source; registered but not staged", batch_id, bf.file)
+            if not _is_audit(bf.file):
+                log.warning("batch %s: %s matches no declared source; registered but not staged", batch_id, bf.file)
             report.files.append(FileReport(bf.file, None, 0, 0, 0))
             continue
         by_source.setdefault(source.name, (source, []))[1].append(bf)

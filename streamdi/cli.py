@@ -206,8 +206,12 @@ def run(
         d = step.detail
         if step.stage == "stage":
             text = f"read {d['read']} lines: staged {d['staged']}, rejected {d['rejected']}"
+            if d["audit_files"]:
+                text += f"; {d['audit_files']} audit file(s) kept for the audit"
             if d["unknown_files"]:
-                text += f"; not staged (no declared source): {', '.join(d['unknown_files'])}"
+                shown = ", ".join(d["unknown_files"][:5])
+                more = len(d["unknown_files"]) - 5
+                text += f"; not staged (no declared source): {shown}" + (f" and {more} more" if more > 0 else "")
         else:
             text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
         console.print(f"  batch {step.batch_id} {step.stage:<9} done in {step.seconds:5.1f}s: {text}")

@@ -42,6 +42,7 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
         "read": report.read,
         "staged": report.staged,
         "rejected": report.rejected,
+        "audit_files": len(report.audit_files),
         "unknown_files": report.unknown_files,
     }
     fault_point("pipeline.before_mark_stage")

@@ -121,13 +121,14 @@ def test_stage_job_loads_good_lines_and_rejects_bad_ones(ctx: JobContext):
         ],
     )
     write_landing_file(landing / "Batch1" / "Unknown.dat", ["what is this"])
+    write_landing_file(landing / "Batch1" / "TaxRate_audit.csv", ["DataSet, BatchID ,Date , Attribute , Value, DValue"])
     batch_log = BatchLog(ctx.lake)
     batch_id = collect(batch_log, landing, now=NOW).batch_id
     assert batch_id == 1
 
     detail = stage_job(ctx, batch_id)
 
-    assert detail == {"read": 6, "staged": 3, "rejected": 3, "unknown_files": ["Batch1/Unknown.dat"]}
+    assert detail == {"read": 6, "staged": 3, "rejected": 3, "audit_files": 1, "unknown_files": ["Batch1/Unknown.dat"]}
     taxes = ctx.lake.read_arrow(src.TAX_RATE.staging).to_pylist()
     assert [
         (r["tx_id"], r["tx_rate"], r["batch_id"], r["source_batch"], r["source_file"], r["line_no"]) for r in taxes
