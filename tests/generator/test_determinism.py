@@ -45,3 +45,25 @@ def test_fractional_scale_factors_give_a_usable_data_set(tmp_path: Path):
     assert rows["Batch1/Prospect.csv"] == 50
     assert rows["Batch2/Prospect.csv"] == 51  # a full snapshot plus one new prospect
     assert not (tmp_path / "Batch3").exists()
+
+
+ONE_CORE = """
+import os, sys
+import pyarrow as pa
+os.sched_setaffinity(0, {0})  # one core for this process and every thread it starts
+pa.set_cpu_count(1)
+pa.set_io_thread_count(1)
+from pathlib import Path
+from streamdi.generator import Params, generate
+generate(Params(scale_factor=0.1, seed=7, batches=3), Path(sys.argv[1]))
+"""
+
+
+def test_one_core_writes_the_same_bytes_as_all_cores(dataset: Path, tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", ONE_CORE, str(tmp_path / "one-core")], check=True, env=env, timeout=300)
+    assert _digests(tmp_path / "one-core") == _digests(dataset)
