@@ -89,3 +89,20 @@ def test_scan_landing_of_an_empty_directory_finds_nothing(tmp_path):
 def test_scan_landing_of_a_missing_directory_raises(tmp_path):
     with pytest.raises(FileNotFoundError, match="landing directory .*nowhere does not exist"):
         scan_landing(tmp_path / "nowhere")
+
+
+def test_scan_reuses_the_registered_checksum_of_an_unchanged_file_and_rereads_a_touched_one(tmp_path):
+    import datetime as dt
+    import hashlib
+
+    from streamdi.batchlog import BatchFile
+
+    path = tmp_path / "Trade.txt"
+    path.write_bytes(b"1|2\r\n")
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    mtime = dt.datetime.fromtimestamp(1_700_000_000, tz=dt.UTC)
+    known = {"Trade.txt": BatchFile(1, 1, "Trade.txt", 5, "checksum-from-the-log", mtime, 1)}
+    assert scan_landing(tmp_path, known)[0].sha256 == "checksum-from-the-log"
+
+    os.utime(path, (1_700_000_060, 1_700_000_060))  # touched: read again
+    assert scan_landing(tmp_path, known)[0].sha256 == hashlib.sha256(b"1|2\r\n").hexdigest()
