@@ -5,7 +5,19 @@ declared types. A line that does not parse (wrong number of fields, a value that
 empty required field) goes to `staging.rejects` with the file, the line number and the reason; nothing is
 dropped silently: for every file, lines read = lines staged + lines rejected.
 
-Pure part: `parse_delimited` (lines -> staged rows, rejected rows). Edges: `read_lines` and `run`.
+The two sources that are not delimited (Batch1 only) follow the same rules:
+- FINWIRE files: every line is a CMP, SEC or FIN record (characters 16-18), cut into the fields declared in
+  `schemas.finwire` with Spark column expressions, one Spark job per record type for all files of the batch,
+  into `staging.finwire_cmp`, `staging.finwire_sec` and `staging.finwire_fin`. A line of another record type,
+  of a length its type does not have, or with a field that does not fit its type is rejected.
+- CustomerMgmt.xml: read with Spark's XML reader (row tag `TPCDI:Action`, every value read as text, surrounding
+  spaces kept), numbered in file order (`action_seq`), then typed like a delimited line into
+  `staging.customermgmt`, one row per action. An action without C_ID, with a bad ActionTS or ActionType, a
+  value not of its type, or XML the reader cannot parse is rejected (`line` holds the action as JSON, or the
+  unreadable text).
+
+Pure part: `parse_delimited` (lines -> staged rows, rejected rows), `parse_finwire` / `check_fixed_width`,
+`check_actions`. Edges: `read_lines`, `read_actions` and `run`.
 """
 
 from __future__ import annotations
@@ -20,10 +32,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from schemas.model import SourceFile, decimal_precision
-from schemas.sources import AUDIT_PATTERN, sources_for_batch
-from schemas.staging import REJECTS
+from schemas import finwire as fw
+from schemas.model import Column as Declared
+from schemas.model import SourceFile, Table, decimal_precision
+from schemas.sources import (
+    AUDIT_PATTERN,
+    CUSTOMER_MGMT_ACTION,
+    CUSTOMER_MGMT_ACTIONS,
+    CUSTOMER_MGMT_PATTERN,
+    CUSTOMER_MGMT_ROW_TAG,
+    CUSTOMER_MGMT_XML,
+    sources_for_batch,
+)
+from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
 
@@ -32,6 +55,10 @@ log = logging.getLogger(__name__)
 _INTEGER = r"^[+-]?[0-9]+$"
 _DECIMAL = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
 _TIME = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]$"
+_CIK = r"^[0-9]{10}$"
+
+FINWIRE = "FINWIRE"  # source names of the non-delimited files (rejects, reports)
+CUSTOMER_MGMT_SOURCE = "CustomerMgmt"
 
 
 def source_for_file(
@@ -50,6 +77,18 @@ def source_for_file(
     if len(matches) > 1:
         raise ValueError(f"{file} matches several sources: {[s.name for s in matches]}")
     return matches[0] if matches else None
+
+
+def nondelimited_source_for_file(file: str, source_batch: int = 1) -> str | None:
+    """`FINWIRE` or `CustomerMgmt` for a Batch1 file of those sources (matched by name), else None."""
+    name = PurePosixPath(file).name
+    if source_batch != 1 or fnmatch.fnmatchcase(name, AUDIT_PATTERN):
+        return None
+    if fnmatch.fnmatchcase(name, fw.FINWIRE_PATTERN):
+        return FINWIRE
+    if fnmatch.fnmatchcase(name, CUSTOMER_MGMT_PATTERN):
+        return CUSTOMER_MGMT_SOURCE
+    return None
 
 
 def _parse_value(raw: Column, logical: str, fmt: str | None) -> tuple[Column, Column]:
@@ -80,6 +119,15 @@ def _parse_value(raw: Column, logical: str, fmt: str | None) -> tuple[Column, Co
     raise ValueError(f"no parser for logical type {logical}")
 
 
+def _typed_field(raw: Column, present: Column, col: Declared) -> tuple[Column, Column]:
+    """(typed value named after `col`, problem text or NULL) of one raw text value; `present` = not empty."""
+    value, valid = _parse_value(raw, col.type, col.fmt)
+    problem = F.when(present & ~valid, F.format_string(f"{col.name}: '%s' is not a valid {col.type}", raw))
+    if not col.nullable:
+        problem = F.when(~present, F.lit(f"{col.name}: required value is empty")).otherwise(problem)
+    return F.when(present, value).alias(col.name), problem
+
+
 def check_lines(lines: DataFrame, source: SourceFile) -> DataFrame:
     """Split and type lines of `source`: the declared columns plus `reason` ('' for a good line).
 
@@ -94,12 +142,8 @@ def check_lines(lines: DataFrame, source: SourceFile) -> DataFrame:
     typed, problems = [], []
     for i, col in enumerate(source.columns):
         raw = F.get(F.col("_fields"), i)
-        present = raw.isNotNull() & (raw != "")
-        value, valid = _parse_value(raw, col.type, col.fmt)
-        typed.append(F.when(present, value).alias(col.name))
-        problem = F.when(present & ~valid, F.format_string(f"{col.name}: '%s' is not a valid {col.type}", raw))
-        if not col.nullable:
-            problem = F.when(~present, F.lit(f"{col.name}: required value is empty")).otherwise(problem)
+        value, problem = _typed_field(raw, raw.isNotNull() & (raw != ""), col)
+        typed.append(value)
         problems.append(problem)
     count = F.size(F.col("_fields"))
     reason = (
@@ -118,6 +162,160 @@ def parse_delimited(lines: DataFrame, source: SourceFile) -> tuple[DataFrame, Da
     staged = checked.where(good).select(*[c.name for c in source.columns], "line_no")
     rejected = checked.where(~good).select("line_no", "line", "reason")
     return staged, rejected
+
+
+def _unpadded(raw: Column, f: fw.FixedWidthField) -> Column:
+    return F.rtrim(raw) if f.type == "string" else F.trim(raw)
+
+
+def check_fixed_width(lines: DataFrame, record: fw.FixedWidthRecord) -> DataFrame:
+    """Cut lines of one FINWIRE record type into its declared columns, plus `reason` ('' for a good line).
+
+    `lines` as for `check_lines` (only lines of this record type). Each field is a `substring` without its
+    padding (text loses trailing spaces only, so a leading space of a value stays; numbers and dates lose
+    spaces on both sides), then typed like a delimited field (dates `yyyyMMdd`, the posting time
+    `yyyyMMdd-HHmmss`). A line is bad when its length is not one of `record.widths`, a value is not of its type,
+    a required field is blank, or a short SEC/FIN line's last field is not a 10-digit CIK; for SEC/FIN the last
+    field is kept as text (`co_name_or_cik`) and split into `cik` (short line) or `company_name` (full line).
+    """
+    passthrough = [c for c in lines.columns if c not in ("line_no", "line")]
+    line = F.col("line")
+    length = F.length(line)
+    typed, problems = [], []
+    for f in record.fields:
+        raw = _unpadded(F.substring(line, f.start, f.width), f)
+        value, problem = _typed_field(raw, raw != "", f.column)
+        typed.append(value)
+        problems.append(problem)
+    if record.short_last_field is not None:
+        last = _unpadded(F.substring(line, record.fields[-1].start, record.fields[-1].width), record.fields[-1])
+        short = length == min(record.widths)
+        cik, name = fw.CIK_OR_NAME
+        typed.append(F.when(short, last).alias(cik.name))
+        typed.append(F.when(~short & (last != ""), last).alias(name.name))
+        problems.append(
+            F.when(
+                short & ~last.rlike(_CIK),
+                F.format_string(f"{record.fields[-1].name}: '%s' is not a 10-digit CIK", last),
+            )
+        )
+    widths = " or ".join(str(w) for w in record.widths)
+    reason = (
+        F.when(line == "", F.lit("empty line"))
+        .when(
+            ~length.isin(*record.widths),
+            F.format_string(f"{record.rec_type} record: expected {widths} characters, found %d", length),
+        )
+        .otherwise(F.concat_ws("; ", *problems))
+    )
+    return lines.select("line_no", "line", *passthrough, *typed, reason.alias("reason"))
+
+
+def check_finwire(lines: DataFrame) -> tuple[dict[str, DataFrame], DataFrame]:
+    """Lines of FINWIRE files by record type: ({CMP/SEC/FIN: `check_fixed_width` of its lines}, the other lines
+    with `line_no`, `line`, lineage and `reason`: an empty line or an unknown record type)."""
+    rec_type = F.substring(F.col("line"), 16, 3)
+    checked = {code: check_fixed_width(lines.where(rec_type == code), r) for code, r in fw.RECORDS.items()}
+    other = lines.where(~rec_type.isin(*fw.RECORDS)).withColumn(
+        "reason",
+        F.when(F.col("line") == "", F.lit("empty line")).otherwise(
+            F.format_string("unknown record type '%s' (characters 16-18)", rec_type)
+        ),
+    )
+    return checked, other
+
+
+def parse_finwire(lines: DataFrame) -> tuple[dict[str, DataFrame], DataFrame]:
+    """`({CMP/SEC/FIN: staged rows}, rejected)`: staged rows have the record's declared columns plus `line_no`;
+    `rejected` has `line_no`, `line` and `reason`. Every input line is in exactly one of the four."""
+    checked, other = check_finwire(lines)
+    good = F.col("reason") == ""
+    staged = {
+        code: df.where(good).select(*[c.name for c in fw.RECORDS[code].columns], "line_no")
+        for code, df in checked.items()
+    }
+    rejected = other.select("line_no", "line", "reason")
+    for df in checked.values():
+        rejected = rejected.unionByName(df.where(~good).select("line_no", "line", "reason"))
+    return staged, rejected
+
+
+_ACCOUNT = "Account"  # read as an array, so that an action with several accounts is seen (and rejected)
+
+
+def _xml_value(path: str) -> Column:
+    """The column Spark's XML reader gives an element path (`@NAME` = attribute, read as `_NAME`)."""
+    value = F.col("action")
+    for part in path.split("/"):
+        value = value.getField(part.replace("@", "_", 1))
+        if part == _ACCOUNT:
+            value = F.get(value, 0)
+    return value
+
+
+def customer_mgmt_read_schema() -> T.StructType:
+    """The schema the XML reader is given (no inference): every declared path as text, nested as in the file,
+    plus `_corrupt_record` for an action the reader cannot parse."""
+    tree: dict = {}
+    for f in (*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML):
+        node = tree
+        *parents, leaf = [p.replace("@", "_", 1) for p in f.path.split("/")]
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = None
+
+    def struct(node: dict) -> T.StructType:
+        fields = []
+        for k, v in node.items():
+            kind = T.StringType() if v is None else struct(v)
+            fields.append(T.StructField(k, T.ArrayType(kind) if k == _ACCOUNT else kind, True))
+        return T.StructType(fields)
+
+    schema = struct(tree)
+    return schema.add(T.StructField("_corrupt_record", T.StringType(), True))
+
+
+def check_actions(actions: DataFrame) -> DataFrame:
+    """Flatten and type CustomerMgmt.xml actions: the columns of `staging.customermgmt` (without lineage),
+    `line` (the action as read, as JSON) and `reason` ('' for a good action).
+
+    `actions` has `action_seq`, `action` (a row as read with `customer_mgmt_read_schema`) and lineage columns,
+    passed through. An element or attribute that is present but empty gives NULL, like an absent one;
+    `present_fields` lists the fields present, so UPDCUST/UPDACCT can tell "unchanged" from "set to NULL".
+    """
+    passthrough = [c for c in actions.columns if c not in ("action_seq", "action")]
+    typed, problems, present_names = [], [], []
+    for f in (*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML):
+        raw = _xml_value(f.path)
+        value, problem = _typed_field(raw, raw.isNotNull() & (F.trim(raw) != ""), CUSTOMER_MGMT.column(f.name))
+        typed.append(value)
+        problems.append(problem)
+        if f in CUSTOMER_MGMT_XML:
+            present_names.append(F.when(raw.isNotNull(), F.lit(f.name)))
+    action_type = _xml_value(CUSTOMER_MGMT_ACTION[0].path)
+    known = ", ".join(CUSTOMER_MGMT_ACTIONS)
+    problems.insert(
+        1,
+        F.when(
+            action_type.isNotNull() & ~action_type.isin(*CUSTOMER_MGMT_ACTIONS),
+            F.format_string(f"action_type: '%s' is not one of {known}", action_type),
+        ),
+    )
+    accounts = F.size(F.col("action.Customer.Account"))  # -1 when there is no Account
+    problems.append(F.when(accounts > 1, F.format_string("%d Account elements, at most one expected", accounts)))
+    corrupt = F.col("action._corrupt_record")
+    reason = F.when(corrupt.isNotNull(), F.lit("malformed XML: the reader could not parse this action")).otherwise(
+        F.concat_ws("; ", *problems)
+    )
+    line = F.coalesce(corrupt, F.to_json(F.col("action").dropFields("_corrupt_record")))
+    return actions.select(
+        *typed,
+        F.concat_ws(",", *present_names).alias("present_fields"),
+        "action_seq",
+        *passthrough,
+        line.alias("line"),
+        reason.alias("reason"),
+    )
 
 
 def read_lines(spark: SparkSession, path: str) -> DataFrame:
@@ -143,6 +341,29 @@ def numbered_lines(path: str) -> pa.Table:
         lines = pa.array([b.decode("utf-8", errors="replace") for b in parts.to_pylist()], pa.large_string())
     lines = pc.replace_substring_regex(lines, pattern="\r$", replacement="")
     return pa.table({"line_no": pa.array(range(1, len(lines) + 1), pa.int64()), "line": lines})
+
+
+def read_actions(spark: SparkSession, path: str) -> DataFrame:
+    """The `TPCDI:Action` elements of one CustomerMgmt.xml file: `action_seq` (1-based position in the file),
+    `action` (the raw values, see `customer_mgmt_read_schema`).
+
+    Spark's XML reader keeps the namespace prefix in tag names, so the row tag is matched as written. The
+    position comes from `zipWithIndex` on the read of this one file: its splits are numbered in file order, so
+    it does not depend on how many partitions the read has (unlike `monotonically_increasing_id`).
+    """
+    schema = customer_mgmt_read_schema()
+    raw = (
+        spark.read.format("xml")
+        .option("rowTag", CUSTOMER_MGMT_ROW_TAG)
+        .option("ignoreSurroundingSpaces", "false")  # keep text exactly as written (e.g. a leading space)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", "_corrupt_record")
+        .schema(schema)
+        .load(path)
+    )
+    numbered = raw.rdd.zipWithIndex().map(lambda pair: (pair[1] + 1, pair[0]))
+    target = T.StructType([T.StructField("action_seq", T.LongType(), False), T.StructField("action", schema)])
+    return spark.createDataFrame(numbered, target)
 
 
 @dataclass
@@ -189,12 +410,19 @@ def _is_audit(file: str) -> bool:
 def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
-    The files of one source are parsed together in one Spark job. Raises if the counts of a file do not
-    reconcile (lines read != staged + rejected), which would be a bug, not bad data.
+    The files of one source are parsed together in one Spark job (FINWIRE: one job per record type for all
+    quarters; CustomerMgmt.xml: one read per file). Raises if the counts of a file do not reconcile (lines or
+    actions read != staged + rejected), which would be a bug, not bad data.
     """
     report = StageReport(batch_id)
     by_source: dict[str, tuple[SourceFile, list[BatchFile]]] = {}
+    finwire: list[BatchFile] = []
+    customer_mgmt: list[BatchFile] = []
     for bf in files:
+        kind = nondelimited_source_for_file(bf.file, bf.source_batch)
+        if kind is not None:
+            (finwire if kind == FINWIRE else customer_mgmt).append(bf)
+            continue
         source = source_for_file(bf.file, bf.source_batch)
         if source is None:
             if not _is_audit(bf.file):
@@ -209,8 +437,19 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
         report.files.extend(counts)
         ctx.lake.append(source.staging, staged, app_id=f"stage/{source.staging.name}", version=batch_id)
         rejects.append(rejected)
+    if finwire:
+        tables, rejected, counts = stage_finwire(ctx, batch_id, finwire)
+        report.files.extend(counts)
+        for code, table in FINWIRE_TABLES.items():
+            ctx.lake.append(table, tables[code], app_id=f"stage/{table.name}", version=batch_id)
+        rejects.append(rejected)
+    if customer_mgmt:
+        staged, rejected, counts = stage_customer_mgmt(ctx, batch_id, customer_mgmt)
+        report.files.extend(counts)
+        ctx.lake.append(CUSTOMER_MGMT, staged, app_id=f"stage/{CUSTOMER_MGMT.name}", version=batch_id)
+        rejects.append(rejected)
     if rejects:
-        ctx.lake.append(REJECTS, pa.concat_tables(rejects), app_id="stage/rejects", version=batch_id)
+        ctx.lake.append(REJECTS, _concat(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
     arrival = {bf.file: i for i, bf in enumerate(files)}
     report.files.sort(key=lambda f: arrival[f.file])
     return report
@@ -220,6 +459,16 @@ def stage_source(
     ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]
 ) -> tuple[pa.Table, pa.Table, list[FileReport]]:
     """Parse all `files` of one source: (staged rows, rejected rows, per-file counts)."""
+    lines, read = _landing_lines(ctx, files)
+    checked = _with_batch(check_lines(ctx.spark.createDataFrame(lines), source).toArrow(), batch_id, source.name)
+    good = pc.equal(checked["reason"], "")
+    staged = checked.filter(good).select(source.staging.column_names)
+    rejected = checked.filter(pc.invert(good)).select(REJECTS.column_names)
+    return staged, rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
+
+
+def _landing_lines(ctx: JobContext, files: list[BatchFile]) -> tuple[pa.Table, list[int]]:
+    """Numbered lines of all `files` with `source_file` and `source_batch`, and the line count of each file."""
     parts = []
     for bf in files:
         lines = numbered_lines(str(ctx.settings.landing_dir / bf.file))
@@ -229,23 +478,73 @@ def stage_source(
                 "source_batch", pa.array([bf.source_batch] * n, pa.int32())
             )
         )
-    lines = pa.concat_tables(parts)
-    checked = check_lines(ctx.spark.createDataFrame(lines), source).toArrow()
-    good = pc.equal(checked["reason"], "")
-    batch = pa.array([batch_id] * checked.num_rows, pa.int64())
-    checked = checked.append_column("batch_id", batch).append_column(
-        "source", pa.array([source.name] * checked.num_rows, pa.large_string())
+    return pa.concat_tables(parts), [p.num_rows for p in parts]
+
+
+def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
+    n = checked.num_rows
+    return checked.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
+        "source", pa.array([source] * n, pa.large_string())
     )
-    staged = checked.filter(good).select(source.staging.column_names)
-    rejected = checked.filter(pc.invert(good)).select(REJECTS.column_names)
+
+
+def _reconcile(
+    batch_id: int, source: str, files: list[BatchFile], read: list[int], staged: list[pa.Table], rejected: pa.Table
+) -> list[FileReport]:
+    """Per-file counts; raises unless read = staged + rejected for every file (a bug, not bad data)."""
     counts = []
-    for bf, part in zip(files, parts, strict=True):
-        in_file = pc.equal(checked["source_file"], bf.file)
-        n_staged = pc.sum(pc.and_(in_file, good)).as_py() or 0
-        n_rejected = pc.sum(pc.and_(in_file, pc.invert(good))).as_py() or 0
-        if part.num_rows != n_staged + n_rejected:
-            raise AssertionError(f"{bf.file}: read {part.num_rows} != staged {n_staged} + rejected {n_rejected}")
+    for bf, n_read in zip(files, read, strict=True):
+        n_staged = sum(pc.sum(pc.equal(t["source_file"], bf.file)).as_py() or 0 for t in staged)
+        n_rejected = pc.sum(pc.equal(rejected["source_file"], bf.file)).as_py() or 0
+        if n_read != n_staged + n_rejected:
+            raise AssertionError(f"{bf.file}: read {n_read} != staged {n_staged} + rejected {n_rejected}")
         if n_rejected:
-            log.warning("batch %s: %s: %d of %d lines rejected", batch_id, bf.file, n_rejected, part.num_rows)
-        counts.append(FileReport(bf.file, source.name, part.num_rows, n_staged, n_rejected))
-    return staged, rejected, counts
+            log.warning("batch %s: %s: %d of %d rejected", batch_id, bf.file, n_rejected, n_read)
+        counts.append(FileReport(bf.file, source, n_read, n_staged, n_rejected))
+    return counts
+
+
+def stage_finwire(
+    ctx: JobContext, batch_id: int, files: list[BatchFile]
+) -> tuple[dict[str, pa.Table], pa.Table, list[FileReport]]:
+    """Parse all FINWIRE `files` of a batch: ({CMP/SEC/FIN: staged rows}, rejected rows, per-file counts)."""
+    lines, read = _landing_lines(ctx, files)
+    checked, other = check_finwire(ctx.spark.createDataFrame(lines))
+    staged, rejected = {}, [_with_batch(other.toArrow(), batch_id, FINWIRE).select(REJECTS.column_names)]
+    for code, df in checked.items():
+        rows = _with_batch(df.toArrow(), batch_id, FINWIRE)
+        good = pc.equal(rows["reason"], "")
+        staged[code] = rows.filter(good).select(FINWIRE_TABLES[code].column_names)
+        rejected.append(rows.filter(pc.invert(good)).select(REJECTS.column_names))
+    rejects = _concat(rejected, REJECTS)
+    return staged, rejects, _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
+
+
+def stage_customer_mgmt(
+    ctx: JobContext, batch_id: int, files: list[BatchFile]
+) -> tuple[pa.Table, pa.Table, list[FileReport]]:
+    """Parse CustomerMgmt.xml `files`: (staged actions, rejected actions, per-file counts); `read` counts the
+    actions the XML reader returned (an unparseable stretch of XML counts as one rejected action)."""
+    staged, rejected, read = [], [], []
+    for bf in files:
+        actions = read_actions(ctx.spark, str(ctx.settings.landing_dir / bf.file)).select(
+            "action_seq",
+            "action",
+            F.lit(bf.file).alias("source_file"),
+            F.lit(bf.source_batch).cast("int").alias("source_batch"),
+        )
+        rows = _with_batch(check_actions(actions).toArrow(), batch_id, CUSTOMER_MGMT_SOURCE)
+        read.append(rows.num_rows)
+        good = pc.equal(rows["reason"], "")
+        staged.append(rows.filter(good).select(CUSTOMER_MGMT.column_names))
+        bad = rows.filter(pc.invert(good)).rename_columns(
+            ["line_no" if c == "action_seq" else c for c in rows.column_names]
+        )
+        rejected.append(bad.select(REJECTS.column_names))
+    staged_rows, rejects = _concat(staged, CUSTOMER_MGMT), _concat(rejected, REJECTS)
+    return staged_rows, rejects, _reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
+
+
+def _concat(parts: list[pa.Table], table: Table) -> pa.Table:
+    """One Arrow table of `parts` in the declared schema (parts from different Spark plans differ in nullability)."""
+    return pa.concat_tables([p.cast(table.arrow_schema()) for p in parts])

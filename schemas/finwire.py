@@ -12,20 +12,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.model import check_logical_type
+from schemas.model import Column, check_logical_type
 
 POSTED_FORMAT = "%Y%m%d-%H%M%S"  # characters 1-15 of every record
 DATE_FORMAT = "%Y%m%d"  # every date field inside a record
+POSTED_PATTERN = "yyyyMMdd-HHmmss"  # POSTED_FORMAT as a Spark datetime pattern (the parser)
+DATE_PATTERN = "yyyyMMdd"  # DATE_FORMAT as a Spark datetime pattern
+
+# What the parser derives from the last field of SEC and FIN ("company name or CIK"): a short line (see
+# `FixedWidthRecord.widths`) holds a 10-digit CIK, a full-width line a company name. The raw field stays too.
+CIK_OR_NAME: tuple[Column, ...] = (
+    Column("cik", "string", doc="the issuing company's 10-digit CIK, when the record refers to it by CIK"),
+    Column("company_name", "string", doc="the issuing company's name, when the record refers to it by name"),
+)
 
 
 @dataclass(frozen=True)
 class FixedWidthField:
-    """One field: 1-based inclusive `start`..`end`; `align` is `left` for text, `right` for numbers."""
+    """One field: 1-based inclusive `start`..`end`; `align` is `left` for text, `right` for numbers.
+
+    `nullable=False` marks a field the parser requires (an all-blank value rejects the line)."""
 
     name: str
     start: int
     end: int
     type: str = "string"
+    nullable: bool = True
 
     def __post_init__(self) -> None:
         check_logical_type(self.type)
@@ -44,6 +56,12 @@ class FixedWidthField:
     def slice(self) -> slice:
         """The Python slice of a line that holds this field."""
         return slice(self.start - 1, self.end)
+
+    @property
+    def column(self) -> Column:
+        """The field as a staging column (dates and timestamps carry their Spark text pattern)."""
+        fmt = {"timestamp": POSTED_PATTERN, "date": DATE_PATTERN}.get(self.type)
+        return Column(self.name, self.type, self.nullable, fmt=fmt)
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,12 @@ class FixedWidthRecord:
             return (self.width,)
         return (self.width - self.fields[-1].width + self.short_last_field, self.width)
 
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        """The staged columns: every field, plus `CIK_OR_NAME` for records whose last field may be a CIK."""
+        derived = CIK_OR_NAME if self.short_last_field is not None else ()
+        return (*(f.column for f in self.fields), *derived)
+
     def field(self, name: str) -> FixedWidthField:
         for f in self.fields:
             if f.name == name:
@@ -84,15 +108,18 @@ class FixedWidthRecord:
         return {f.name: line[f.slice].strip() for f in self.fields}
 
 
-_HEAD = (FixedWidthField("pts", 1, 15, "timestamp"), FixedWidthField("rec_type", 16, 18))
+_HEAD = (
+    FixedWidthField("pts", 1, 15, "timestamp", nullable=False),
+    FixedWidthField("rec_type", 16, 18, nullable=False),
+)
 
 CMP = FixedWidthRecord(
     "CMP",
     (
         *_HEAD,
-        FixedWidthField("company_name", 19, 78),
-        FixedWidthField("cik", 79, 88),
-        FixedWidthField("status", 89, 92),
+        FixedWidthField("company_name", 19, 78, nullable=False),
+        FixedWidthField("cik", 79, 88, nullable=False),
+        FixedWidthField("status", 89, 92, nullable=False),
         FixedWidthField("industry_id", 93, 94),
         FixedWidthField("sp_rating", 95, 98),
         FixedWidthField("founding_date", 99, 106, "date"),
@@ -111,16 +138,16 @@ SEC = FixedWidthRecord(
     "SEC",
     (
         *_HEAD,
-        FixedWidthField("symbol", 19, 33),
+        FixedWidthField("symbol", 19, 33, nullable=False),
         FixedWidthField("issue_type", 34, 39),
-        FixedWidthField("status", 40, 43),
+        FixedWidthField("status", 40, 43, nullable=False),
         FixedWidthField("name", 44, 113),
         FixedWidthField("ex_id", 114, 119),
         FixedWidthField("sh_out", 120, 132, "bigint"),
         FixedWidthField("first_trade_date", 133, 140, "date"),
         FixedWidthField("first_trade_exchg", 141, 148, "date"),
         FixedWidthField("dividend", 149, 160, "decimal(10,2)"),
-        FixedWidthField("co_name_or_cik", 161, 220),
+        FixedWidthField("co_name_or_cik", 161, 220, nullable=False),
     ),
     short_last_field=10,
 )
@@ -129,8 +156,8 @@ FIN = FixedWidthRecord(
     "FIN",
     (
         *_HEAD,
-        FixedWidthField("year", 19, 22, "int"),
-        FixedWidthField("quarter", 23, 23, "int"),
+        FixedWidthField("year", 19, 22, "int", nullable=False),
+        FixedWidthField("quarter", 23, 23, "int", nullable=False),
         FixedWidthField("qtr_start_date", 24, 31, "date"),
         FixedWidthField("posting_date", 32, 39, "date"),
         FixedWidthField("revenue", 40, 56, "decimal(15,2)"),
@@ -143,7 +170,7 @@ FIN = FixedWidthRecord(
         FixedWidthField("liabilities", 144, 160, "decimal(15,2)"),
         FixedWidthField("sh_out", 161, 173, "bigint"),
         FixedWidthField("diluted_sh_out", 174, 186, "bigint"),
-        FixedWidthField("co_name_or_cik", 187, 246),
+        FixedWidthField("co_name_or_cik", 187, 246, nullable=False),
     ),
     short_last_field=10,
 )

@@ -408,3 +408,15 @@ def source_by_name(name: str) -> SourceFile:
         if src.name == name:
             return src
     raise KeyError(f"unknown source {name!r}; known: {[s.name for s in ALL_SOURCES]}")
+
+
+# How jobs.stage finds and reads CustomerMgmt.xml (Batch1 only, like FINWIRE, whose pattern is in schemas.finwire).
+# Spark's XML reader matches the row tag as written, namespace prefix included (`TPCDI:Action`, never the root
+# `TPCDI:Actions`), and exposes attributes with a leading `_` (`_ActionType`, `Customer._C_ID`).
+CUSTOMER_MGMT_PATTERN = "CustomerMgmt*.xml"
+CUSTOMER_MGMT_ROW_TAG = "TPCDI:Action"
+ACTION_TS = "yyyy-MM-dd'T'HH:mm:ss"  # ActionTS as a Spark datetime pattern
+CUSTOMER_MGMT_ACTION: tuple[XmlField, ...] = (
+    XmlField("action_type", "@ActionType"),
+    XmlField("action_ts", "@ActionTS", "timestamp"),
+)
