@@ -6,6 +6,8 @@ not named taken from `DEFAULTS` (a valid value), so a test says only what matter
 
 from __future__ import annotations
 
+import os
+from datetime import datetime
 from pathlib import Path
 
 from schemas import sources as src
@@ -52,4 +54,13 @@ def write_landing_file(path: Path, lines: list[str], crlf: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     ending = "\r\n" if crlf else "\n"
     path.write_bytes("".join(line + ending for line in lines).encode())
+    return path
+
+
+def deliver(landing: Path, relative: str, content: bytes, arrived_at: datetime) -> Path:
+    """Write a landing file and set its modification time (the collector's arrival time) to `arrived_at`."""
+    path = landing / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    os.utime(path, (arrived_at.timestamp(), arrived_at.timestamp()))
     return path

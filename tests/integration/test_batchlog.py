@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from builders import deliver
 
 from streamdi.batchlog import BatchFile, BatchLog, LandedFile
 from streamdi.collector import CollectResult, collect
@@ -38,15 +39,6 @@ def landed(file: str, *, size: int = 10, sha: str = "a", second: int = 0, source
 
 def batch_file(batch_id: int, file_seq: int, f: LandedFile) -> BatchFile:
     return BatchFile(batch_id, file_seq, f.file, f.size_bytes, f.sha256, f.arrived_at, f.source_batch)
-
-
-def deliver(landing: Path, relative: str, content: bytes, arrived_at: datetime) -> Path:
-    """Write a landing file and set its modification time to `arrived_at`."""
-    path = landing / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-    os.utime(path, (arrived_at.timestamp(), arrived_at.timestamp()))
-    return path
 
 
 @pytest.fixture
@@ -294,7 +286,8 @@ def child_collect(root: str, landing: str, ready: str, go: str) -> None:
 
 
 COLLECT_IN_CHILD = (
-    f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_batchlog as t; t.child_collect(*sys.argv[1:])"
+    f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; "
+    "import test_batchlog as t; t.child_collect(*sys.argv[1:])"
 )
 
 

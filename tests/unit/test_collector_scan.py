@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
+from builders import deliver
 
 from streamdi.batchlog import LandedFile
 from streamdi.collector import scan_landing, source_batch_of
-
-
-def deliver(landing: Path, relative: str, content: bytes, arrived_at: datetime) -> Path:
-    path = landing / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-    os.utime(path, (arrived_at.timestamp(), arrived_at.timestamp()))
-    return path
 
 
 def at(second: int) -> datetime:
