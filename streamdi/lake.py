@@ -202,18 +202,37 @@ class Lake:
         """Replace the table's content once per `(app_id, version)`."""
         return self._commit(table, df, app_id, version, mode="overwrite")
 
-    def upsert(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:
-        """MERGE the rows on the table's key: insert new keys, update changed rows, leave equal rows alone.
+    def upsert(
+        self,
+        table: Table,
+        df: DataFrame | pa.Table,
+        *,
+        app_id: str,
+        version: int,
+        deletes: DataFrame | pa.Table | None = None,
+    ) -> CommitResult:
+        """MERGE the rows on the table's key: insert new keys, update changed rows, leave equal rows alone,
+        and delete the rows whose key is listed in `deletes` (key columns only) -- all in one commit.
 
-        Skipped when `(app_id, version)` is already recorded. The source must hold at most one row per key.
+        Skipped when `(app_id, version)` is already recorded. The source must hold at most one row per key,
+        and no key may be both upserted and deleted.
         """
         if not table.key:
             raise ValueError(f"{table.qualified_name} declares no key; upsert needs one")
-        return self._commit(table, df, app_id, version, mode="merge")
+        return self._commit(table, df, app_id, version, mode="merge", deletes=deletes)
 
-    def _commit(self, table: Table, df: DataFrame | pa.Table, app_id: str, version: int, mode: str) -> CommitResult:
+    def _commit(
+        self,
+        table: Table,
+        df: DataFrame | pa.Table,
+        app_id: str,
+        version: int,
+        mode: str,
+        deletes: DataFrame | pa.Table | None = None,
+    ) -> CommitResult:
         self.ensure_table(table)
         data = self.to_arrow(table, df)
+        doomed = self._delete_keys(table, deletes)
         with self.lock(table.qualified_name):
             delta = self._delta(table)
             done = delta.transaction_version(app_id)
@@ -227,7 +246,7 @@ class Lake:
             fault_point("lake.before_commit")
             if mode == "merge":
                 read_version = delta.version()
-                self._merge(delta, table, data, props)
+                self._merge(delta, table, data, props, doomed)
                 if self._delta(table).version() == read_version:
                     # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
                     # it; record the transaction in an empty commit so a replay is still skipped.
@@ -248,15 +267,57 @@ class Lake:
         )
         return CommitResult(table.qualified_name, app_id, version, True, new_version, data.num_rows)
 
+    def _delete_keys(self, table: Table, deletes: DataFrame | pa.Table | None) -> pa.Table | None:
+        if deletes is None:
+            return None
+        key_schema = pa.schema([table.arrow_schema().field(k) for k in table.key])
+        if isinstance(deletes, DataFrame):
+            deletes = deletes.select(*table.key).toArrow()
+        keys = deletes.select(list(table.key)).cast(key_schema)
+        if keys.num_rows == 0:
+            return None
+        return keys.sort_by([(k, "ascending") for k in table.key])
+
     @staticmethod
-    def _merge(delta: DeltaTable, table: Table, data: pa.Table, props: CommitProperties) -> None:
+    def _merge(
+        delta: DeltaTable, table: Table, data: pa.Table, props: CommitProperties, doomed: pa.Table | None = None
+    ) -> None:
         on = " AND ".join(f"t.{k} = s.{k}" for k in table.key)
         values = [c for c in table.column_names if c not in table.key]
-        merger = delta.merge(source=data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+        if doomed is None:
+            merger = delta.merge(source=data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+            if values:
+                changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
+                merger = merger.when_matched_update_all(predicate=changed)
+            merger.when_not_matched_insert_all().execute()
+            return
+        # Upserts and deletes in one MERGE: the source carries a flag column; delete rows hold only the key.
+        # delta-rs fails on a delete row that matches nothing, so only keys present in the table are kept.
+        key = list(table.key)
+        present = delta.to_pyarrow_dataset().to_table(columns=key)
+        doomed = doomed.join(present.cast(doomed.schema), key, join_type="inner").select(key)
+        doomed = doomed.sort_by([(k, "ascending") for k in key])
+        if doomed.num_rows == 0:
+            Lake._merge(delta, table, data, props, None)
+            return
+        flag = "_streamdi_delete"
+        relaxed = pa.schema([f.with_nullable(True) for f in table.arrow_schema()])
+        upserts = data.cast(relaxed).append_column(flag, pa.array([False] * data.num_rows, pa.bool_()))
+        tombstones = pa.table(
+            {f.name: doomed[f.name] if f.name in table.key else pa.nulls(doomed.num_rows, f.type) for f in relaxed},
+            schema=relaxed,
+        ).append_column(flag, pa.array([True] * doomed.num_rows, pa.bool_()))
+        source = pa.concat_tables([upserts, tombstones])
+        merger = delta.merge(source=source, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+        merger = merger.when_matched_delete(predicate=f"s.{flag}")
         if values:
             changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
-            merger = merger.when_matched_update_all(predicate=changed)
-        merger.when_not_matched_insert_all().execute()
+            merger = merger.when_matched_update(
+                updates={c: f"s.{c}" for c in values}, predicate=f"NOT s.{flag} AND ({changed})"
+            )
+        merger.when_not_matched_insert(
+            updates={c: f"s.{c}" for c in table.column_names}, predicate=f"NOT s.{flag}"
+        ).execute()
 
     def to_arrow(self, table: Table, df: DataFrame | pa.Table) -> pa.Table:
         """Rows of `df` as an Arrow table with exactly the declared schema, in the declared order."""

@@ -210,21 +210,22 @@ def test_collect_registers_new_files_once_in_arrival_order(batch_log, landing):
 
     first = collect(batch_log, landing, now=NOW)
 
-    assert first == CollectResult(batch_id=1, files=expected_files, changed=[])
-    assert batch_log.files(1) == [batch_file(1, seq, f) for seq, f in enumerate(expected_files, start=1)]
+    # one micro-batch per TPC-DI batch, oldest first; unmarked files belong to the batch open when they arrived
+    assert first == CollectResult(batch_id=3, files=expected_files, changed=[], batch_ids=[1, 2, 3])
+    assert batch_log.files(1) == [batch_file(1, seq, f) for seq, f in enumerate(expected_files[:4], start=1)]
     assert [(f.file_seq, f.file) for f in batch_log.files(1)] == [
         (1, "b.txt"),
         (2, "x.txt"),
         (3, "y.txt"),
         (4, "a.txt"),
-        (5, "Batch2/Trade.txt"),
-        (6, "Trade_batch3_0001.txt"),
     ]
+    assert batch_log.files(2) == [batch_file(2, 1, expected_files[4])]
+    assert batch_log.files(3) == [batch_file(3, 1, expected_files[5])]
 
     again = collect(batch_log, landing, now=NOW)
 
     assert again == CollectResult(batch_id=None, files=[], changed=[])
-    assert batch_log.last_batch_id() == 1
+    assert batch_log.last_batch_id() == 3
 
     deliver(landing, "late.txt", b"late\n", datetime(2024, 7, 1, 8, 1, 0, tzinfo=UTC))
     late = collect(batch_log, landing, now=NOW)
@@ -234,10 +235,10 @@ def test_collect_registers_new_files_once_in_arrival_order(batch_log, landing):
         5,
         "f152945b358aa26a9e72e25381deff94e254c547089bd690dccd218e9414d148",
         datetime(2024, 7, 1, 8, 1, 0, tzinfo=UTC),
-        1,
+        3,  # unmarked: TPC-DI batch 3 was the open one when it arrived
     )
-    assert late == CollectResult(batch_id=2, files=[late_file], changed=[])
-    assert batch_log.files(2) == [batch_file(2, 1, late_file)]
+    assert late == CollectResult(batch_id=4, files=[late_file], changed=[], batch_ids=[4])
+    assert batch_log.files(4) == [batch_file(4, 1, late_file)]
     assert len(batch_log.registered_files()) == 7
 
 

@@ -272,6 +272,32 @@ def test_upsert_of_rows_equal_to_the_target_changes_nothing_and_still_records_th
     assert lake.read_arrow(table).to_pylist() == [row(1, name="corrected"), row(2, name=None)]
 
 
+def test_upsert_with_deletes_updates_inserts_and_deletes_in_one_commit_and_a_replay_is_a_no_op(spark, lake_dir):
+    lake = Lake(lake_dir, spark)
+    table = lake_table("upsert_deletes")
+    lake.append(table, arrow_rows(table, [row(1), row(2), row(3)]), app_id="load", version=1)
+    doomed = spark.createDataFrame([(3,), (9,)], "id int")  # 9 does not exist: nothing to delete
+
+    result = lake.upsert(
+        table, spark_rows(spark, [row(1, name="one"), row(2), row(4)]), app_id="scd", version=1, deletes=doomed
+    )
+
+    assert result == CommitResult("warehouse.upsert_deletes", "scd", 1, True, 2, 3)
+    expected = [row(1, name="one"), row(2), row(4)]
+    assert lake.read_arrow(table).to_pylist() == expected
+    assert feed(lake, table, 2, 2) == [
+        change("update_preimage", 2, row(1)),
+        change("update_postimage", 2, row(1, name="one")),
+        change("delete", 2, row(3)),
+        change("insert", 2, row(4)),
+    ]
+
+    replay = lake.upsert(table, spark_rows(spark, [row(5)]), app_id="scd", version=1, deletes=doomed)
+
+    assert replay.committed is False
+    assert lake.read_arrow(table).to_pylist() == expected
+
+
 def test_upsert_on_a_table_without_key_raises_value_error(lake_dir):
     lake = Lake(lake_dir)
     table = lake_table("keyless", key=())

@@ -20,9 +20,9 @@ def at(second: int) -> datetime:
 @pytest.mark.parametrize(
     ("relative", "expected"),
     [
-        ("Trade.txt", 1),
+        ("Trade.txt", None),
         ("Batch1/BatchDate.txt", 1),
-        ("BatchDate.txt", 1),
+        ("BatchDate.txt", None),
         ("Batch2/Trade.txt", 2),
         ("batch3/Trade.txt", 3),
         ("Batch10/Account.txt", 10),
@@ -30,7 +30,7 @@ def at(second: int) -> datetime:
         ("Trade-BATCH-12.txt", 12),
         ("drip/Trade_batch_4_0002.txt", 4),
         ("Batch2/Trade_batch3_0001.txt", 3),  # the mark nearest the file name wins
-        ("FINWIRE1967Q1", 1),
+        ("FINWIRE1967Q1", None),
     ],
 )
 def test_source_batch_of_reads_the_batch_mark_of_a_path(relative, expected):
@@ -58,7 +58,8 @@ def test_scan_landing_orders_by_modification_time_then_path_and_skips_temporary_
 
     found = scan_landing(tmp_path)
 
-    # Equal times: "Batch2/Trade.txt" < "x.txt" < "y.txt" (y was written before x).
+    # Equal times: "Batch2/Trade.txt" < "x.txt" < "y.txt" (y was written before x). Unmarked files belong to the
+    # TPC-DI batch open when they arrived: 1 before Batch2/Trade.txt, 2 after it.
     assert found == [
         LandedFile("b.txt", 1, "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d", at(10), 1),
         LandedFile(
@@ -68,9 +69,9 @@ def test_scan_landing_orders_by_modification_time_then_path_and_skips_temporary_
             at(20),
             2,
         ),
-        LandedFile("x.txt", 3, "cd2eb0837c9b4c962c22d2ff8b5441b7b45805887f051d39bf133b583baf6860", at(20), 1),
-        LandedFile("y.txt", 2, "ef90d9c1ec76b1edc9edfaf2c0c05359c10ccc49ae8ecf7b7fd25ce9c02e86a4", at(20), 1),
-        LandedFile("a.txt", 4, "61be55a8e2f6b4e172338bddf184d6dbee29c98853e0a0485ecee7f27b9af0b4", at(30), 1),
+        LandedFile("x.txt", 3, "cd2eb0837c9b4c962c22d2ff8b5441b7b45805887f051d39bf133b583baf6860", at(20), 2),
+        LandedFile("y.txt", 2, "ef90d9c1ec76b1edc9edfaf2c0c05359c10ccc49ae8ecf7b7fd25ce9c02e86a4", at(20), 2),
+        LandedFile("a.txt", 4, "61be55a8e2f6b4e172338bddf184d6dbee29c98853e0a0485ecee7f27b9af0b4", at(30), 2),
     ]
 
 
