@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up streamdi on this machine and run it: the two commands of the README.
 
-    python3 bootstrap.py run    # set up, then run the pipeline on the bundled sample (`streamdi run --sample`)
+    python3 bootstrap.py run    # set up, then run the demo: generate SF 0.1, load 3 batches, audit (`streamdi demo`)
     python3 bootstrap.py test   # set up, then run the whole test suite (pytest)
 
 Setting up means: a virtual environment in `.venv` with streamdi and its pinned dependencies (installed with
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     if command == "setup":
         return 0
     if command == "run":
-        return subprocess.call([str(BIN / "streamdi"), "run", "--sample", *extra], env=env)
+        return subprocess.call([str(BIN / "streamdi"), "demo", *extra], env=env)
     return subprocess.call([str(BIN / "python"), "-m", "pytest", *extra], env=env, cwd=ROOT)
 
 

@@ -34,6 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from jobs import audit_figures
 from schemas import finwire as fw
 from schemas.model import Column as Declared
 from schemas.model import SourceFile, Table, decimal_precision
@@ -450,6 +451,7 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
         rejects.append(rejected)
     if rejects:
         ctx.lake.append(REJECTS, _concat(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
+    audit_figures.stage(ctx, batch_id, files)  # expected counts of *_audit.csv files, for `streamdi audit`
     arrival = {bf.file: i for i, bf in enumerate(files)}
     report.files.sort(key=lambda f: arrival[f.file])
     return report

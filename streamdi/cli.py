@@ -177,6 +177,50 @@ def deliver_sample(landing: Path) -> list[str]:
     return delivered
 
 
+def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
+    """Collect what arrived in the landing zone and run every pending (batch, stage), printing each step."""
+    from streamdi.context import open_context
+    from streamdi.pipeline import run_pending
+
+    ctx = ctx or open_context(settings)
+
+    def show_plan(plan: list[tuple[int, str]]) -> None:
+        if plan:
+            console.print(f"{len(plan)} step(s) to run: " + _plan_text(plan))
+
+    def show_step(step) -> None:
+        d = step.detail
+        if step.stage == "stage":
+            text = f"read {d['read']} lines: staged {d['staged']}, rejected {d['rejected']}"
+            if d["audit_files"]:
+                text += f"; {d['audit_files']} audit file(s)"
+            if d["unknown_files"]:
+                shown = ", ".join(d["unknown_files"][:5])
+                more = len(d["unknown_files"]) - 5
+                text += f"; not staged (no declared source): {shown}" + (f" and {more} more" if more > 0 else "")
+        else:
+            text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
+        console.print(f"  batch {step.batch_id} {step.stage:<9} done in {step.seconds:5.1f}s: {text}")
+
+    def show_collected(collected) -> None:
+        for batch_id in collected.batch_ids:
+            console.print(f"collected micro-batch {batch_id} from {settings.landing_dir}")
+
+    report = run_pending(ctx, on_collect=show_collected, on_plan=show_plan, on_step=show_step)
+    if report.nothing_to_do and not quiet_when_idle:
+        console.print(f"nothing new arrived in {settings.landing_dir}; every batch is already done.")
+    for name in report.collected.changed:
+        err.print(f"[yellow]warning: {name} changed after it was collected; ignored[/yellow]")
+    return report
+
+
+def _plan_text(plan: list[tuple[int, str]]) -> str:
+    by_batch: dict[int, list[str]] = {}
+    for batch_id, stage in plan:
+        by_batch.setdefault(batch_id, []).append(stage)
+    return ", ".join(f"batch {b} {'+'.join(stages)}" for b, stages in by_batch.items())
+
+
 @app.command()
 def run(
     sample: Annotated[
@@ -187,47 +231,156 @@ def run(
         Path | None, typer.Option(help="Landing directory to collect from (default: STREAMDI_LANDING).")
     ] = None,
 ) -> None:
-    """Collect new landing files into a micro-batch and run every pending batch: stage -> transform -> migrate."""
-    from streamdi.context import open_context
-    from streamdi.pipeline import run_pending
-
+    """Collect new landing files into micro-batches and run every pending batch: stage -> transform -> migrate."""
     settings = Settings(landing=landing) if landing is not None else load_settings()
     if sample:
         delivered = deliver_sample(settings.landing_dir)
         console.print(f"sample: delivered {len(delivered)} file(s) into {settings.landing_dir}")
     started = time.perf_counter()
-    ctx = open_context(settings)
-
-    def show_plan(plan: list[tuple[int, str]]) -> None:
-        if plan:
-            console.print(f"{len(plan)} step(s) to run: " + ", ".join(f"batch {b} {s}" for b, s in plan))
-
-    def show_step(step) -> None:
-        d = step.detail
-        if step.stage == "stage":
-            text = f"read {d['read']} lines: staged {d['staged']}, rejected {d['rejected']}"
-            if d["audit_files"]:
-                text += f"; {d['audit_files']} audit file(s) kept for the audit"
-            if d["unknown_files"]:
-                shown = ", ".join(d["unknown_files"][:5])
-                more = len(d["unknown_files"]) - 5
-                text += f"; not staged (no declared source): {shown}" + (f" and {more} more" if more > 0 else "")
-        else:
-            text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
-        console.print(f"  batch {step.batch_id} {step.stage:<9} done in {step.seconds:5.1f}s: {text}")
-
-    def show_collected(collected) -> None:
-        if collected.batch_id is not None:
-            console.print(
-                f"collected batch {collected.batch_id}: {len(collected.files)} new file(s) from {settings.landing_dir}"
-            )
-
-    report = run_pending(ctx, on_collect=show_collected, on_plan=show_plan, on_step=show_step)
-    if report.nothing_to_do:
-        console.print(f"nothing new arrived in {settings.landing_dir}; every batch is already done.")
-    for name in report.collected.changed:
-        err.print(f"[yellow]warning: {name} changed after it was collected; ignored[/yellow]")
+    _process(settings)
     console.print(f"finished in {time.perf_counter() - started:.1f}s")
+
+
+@app.command()
+def load(
+    data: Annotated[
+        Path | None, typer.Option(help="A TPC-DI data set (folders Batch1, Batch2, ...), e.g. from `generate`.")
+    ] = None,
+    batch: Annotated[
+        int | None, typer.Option(help="The batch folder of --data to load (1 historical, 2.. incremental).")
+    ] = None,
+    drip: Annotated[
+        int | None,
+        typer.Option(help="Deliver the batch as this many micro-batches (drip mode) instead of whole.", min=1),
+    ] = None,
+    landing: Annotated[
+        Path | None,
+        typer.Option(help="Instead of --data: collect every new file of this landing directory and process it."),
+    ] = None,
+) -> None:
+    """Load one batch folder of a data set (`--data DIR --batch K`), or everything new in a landing directory
+    (`--landing DIR`): collect into micro-batches, then stage, transform and migrate every pending one in order."""
+    from streamdi.delivery import deliver_batch, drip_batch
+
+    if landing is not None and (data is not None or batch is not None or drip is not None):
+        raise typer.BadParameter("use either --landing DIR, or --data DIR --batch K [--drip N]")
+    if landing is None and (data is None or batch is None):
+        raise typer.BadParameter("give --data DIR and --batch K (or --landing DIR)")
+    settings = Settings(landing=landing) if landing is not None else load_settings()
+    started = time.perf_counter()
+    if landing is not None:
+        if not landing.is_dir():
+            raise typer.BadParameter(f"landing directory {landing} does not exist")
+        _process(settings)
+    else:
+        from streamdi.context import open_context
+
+        try:
+            if drip:
+                ctx = open_context(settings)
+
+                def group_done(group: int, groups: int) -> None:
+                    console.print(f"[bold]drip {group}/{groups}[/bold] of Batch{batch}")
+                    _process(settings, ctx, quiet_when_idle=True)
+
+                drip_batch(data, batch, settings.landing_dir, drip, group_done)
+            else:
+                delivered = deliver_batch(data, batch, settings.landing_dir)
+                console.print(f"Batch{batch}: delivered {len(delivered)} file(s) into {settings.landing_dir}")
+                _process(settings)
+        except (FileNotFoundError, FileExistsError) as exc:
+            err.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
+    console.print(f"finished in {time.perf_counter() - started:.1f}s")
+
+
+@app.command()
+def audit(
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            help="Read the expected figures from this data set's *_audit.csv files (default: the staged ones)."
+        ),
+    ] = None,
+) -> None:
+    """Run the TPC-DI audit checks on the Delta warehouse and print each check with OK or what failed."""
+    from streamdi.audit import run_audit
+    from streamdi.context import open_context
+
+    report = run_audit(open_context(load_settings()), data)
+    report.render(console)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(
+    scale_factor: Annotated[
+        float, typer.Option("--scale-factor", "--sf", help="TPC-DI scale factor to generate.")
+    ] = 0.1,
+    drip: Annotated[
+        int, typer.Option(help="Deliver the last incremental batch as this many micro-batches.", min=1)
+    ] = 7,
+    data: Annotated[
+        Path | None, typer.Option(help="Where the data set is generated (default: <STREAMDI_HOME>/data/sf<SF>).")
+    ] = None,
+) -> None:
+    """The whole story on the embedded defaults: generate a TPC-DI data set, load Batch1 and Batch2 whole and
+    Batch3 as a drip of micro-batches (each: stage -> transform -> migrate to PostgreSQL), audit, summarise."""
+    from streamdi.audit import run_audit
+    from streamdi.context import open_context
+    from streamdi.delivery import deliver_batch, drip_batch
+    from streamdi.generator import Params, generate
+
+    settings = load_settings()
+    data = data or settings.home / "data" / f"sf{scale_factor:g}"
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    if not (data / "Batch3" / "BatchDate.txt").exists():
+        console.print(f"[bold]generate[/bold] TPC-DI SF {scale_factor:g} into {data}")
+        generate(Params(scale_factor=scale_factor), data)
+    timings["generate"] = time.perf_counter() - started
+    ctx = open_context(settings)
+    for batch in (1, 2):
+        t0 = time.perf_counter()
+        delivered = deliver_batch(data, batch, settings.landing_dir)
+        console.print(f"[bold]load Batch{batch}[/bold]: {len(delivered)} new file(s)")
+        _process(settings, ctx, quiet_when_idle=True)
+        timings[f"Batch{batch}"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+
+    def group_done(group: int, groups: int) -> None:
+        console.print(f"[bold]load Batch3[/bold] drip {group}/{groups}")
+        _process(settings, ctx, quiet_when_idle=True)
+
+    drip_batch(data, 3, settings.landing_dir, drip, group_done)
+    timings[f"Batch3 ({drip} micro-batches)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = run_audit(ctx, data)
+    timings["audit"] = time.perf_counter() - t0
+    report.render(console)
+    _summary(ctx, timings)
+    console.print(f"finished in {time.perf_counter() - started:.1f}s; audit {'OK' if report.ok else 'FAILED'}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _summary(ctx, timings: dict[str, float]) -> None:
+    from schemas.warehouse import WAREHOUSE_TABLES
+
+    _, counts = ctx.warehouse.query(
+        " UNION ALL ".join(f"SELECT '{t.name}', count(*) FROM dw.{t.name}" for t in WAREHOUSE_TABLES)
+    )
+    in_pg = dict(counts)
+    table = RichTable("table", "Delta rows", "PostgreSQL rows", title="warehouse")
+    for t in WAREHOUSE_TABLES:
+        delta_rows = ctx.lake.read_arrow(t).num_rows if ctx.lake.exists(t) else 0
+        table.add_row(t.name, f"{delta_rows:,}", f"{in_pg.get(t.name, 0):,}")
+    console.print(table)
+    times = RichTable("phase", "seconds", title="timings")
+    for name, seconds in timings.items():
+        times.add_row(name, f"{seconds:.1f}")
+    console.print(times)
 
 
 @app.command()

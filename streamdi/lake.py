@@ -137,6 +137,19 @@ class Lake:
     def version(self, table: Table) -> int:
         return self._delta(table).version()
 
+    def row_count(self, table: Table) -> int:
+        """Rows of the latest snapshot, from the files' statistics (delta-rs, no Spark; scans if a file has none)."""
+        delta = self._delta(table)
+        actions = delta.get_add_actions(flatten=True)
+        counts = actions.column("num_records").to_pylist() if actions.num_rows else []
+        if None not in counts:
+            return int(sum(counts))
+        return delta.to_pyarrow_table(columns=[table.column_names[0]]).num_rows
+
+    def read_columns(self, table: Table, columns: list[str]) -> pa.Table:
+        """Only `columns` of the latest snapshot, read with delta-rs (no Spark), in no particular order."""
+        return self._delta(table).to_pyarrow_table(columns=columns)
+
     def committed_version(self, table: Table, app_id: str) -> int | None:
         """Last transaction version recorded for `app_id` on `table` (None if never)."""
         return self._delta(table).transaction_version(app_id)

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobs import reference, stage
+from jobs import stage, transform
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import BatchLog
+from streamdi.batchlog import STAGES, BatchLog
 from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
@@ -52,11 +52,8 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
 
 def transform_job(ctx: JobContext, batch_id: int) -> dict:
     batch_log = BatchLog(ctx.lake)
-    arrival = ctx.spark.createDataFrame(
-        [(f.file, f.file_seq) for f in batch_log.files(batch_id)], "source_file string, file_seq int"
-    )
-    report = reference.run(ctx, batch_id, arrival)
-    detail = {"rows": report.rows}
+    report = transform.run(ctx, batch_id)
+    detail = {"rows": report.rows, "seconds": report.seconds}
     fault_point("pipeline.before_mark_transform")
     batch_log.mark(batch_id, "transform", "done", now=_now(), detail=detail)
     return detail
@@ -104,13 +101,19 @@ def run_pending(
     on_collect: Callable[[CollectResult], None] | None = None,
     on_plan: Callable[[list[tuple[int, str]]], None] | None = None,
     on_step: Callable[[StepResult], None] | None = None,
+    upto: str = "migrate",
 ) -> RunReport:
-    """Collect new files, then run every pending (batch, stage) in order until all are done."""
+    """Collect new files, then run every pending (batch, stage) in order until all are done.
+
+    `upto` stops each batch after that stage (e.g. "transform": build the Delta warehouse, leave PostgreSQL
+    alone); the stages left out stay pending in the batch log.
+    """
+    last = STAGES.index(upto)
     collected = collect_job(ctx)
     if on_collect:
         on_collect(collected)
     batch_log = BatchLog(ctx.lake)
-    plan = batch_log.pending()
+    plan = [(b, stage) for b, stage in batch_log.pending() if STAGES.index(stage) <= last]
     if on_plan:
         on_plan(plan)
     report = RunReport(collected=collected)

@@ -51,6 +51,11 @@ class Settings(BaseSettings):
         default=None, description="Password for the read-only reporting role (none: trust/peer auth only)."
     )
     loader_password: str | None = Field(default=None, description="Password for the loader role.")
+    trade_hold_batches: int = Field(
+        default=20,
+        ge=0,
+        description="Micro-batches a trade waits for its account or security to arrive before it is rejected.",
+    )
 
     @cached_property
     def lake_root(self) -> Path:
@@ -81,6 +86,7 @@ class Settings(BaseSettings):
             "STREAMDI_SPARK_DRIVER_MEMORY": self.spark_driver_memory,
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
+            "STREAMDI_TRADE_HOLD_BATCHES": str(self.trade_hold_batches),
             "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",
             "STREAMDI_READER_PASSWORD": secret if self.reader_password else "(unset)",
         }

@@ -186,7 +186,8 @@ def generate(params: Params, out: Output, batch_dir: str) -> Finwire:
     revenue = rng.integers(10**8, 10**12, f)
     earnings = (revenue * rng.uniform(-0.1, 0.5, f)).astype(np.int64)
     shares = rng.integers(10**7, 10**9, f)
-    eps = earnings // shares
+    diluted_shares = shares + shares // 20
+    eps = earnings // shares  # cents per share, so EPS = net earnings / shares outstanding as the audit checks
     fin_by_cik = rng.random(f) < 0.5
     fin_values = {
         "pts": tx.timestamps(fin_time, fw.POSTED_FORMAT),
@@ -198,13 +199,13 @@ def generate(params: Params, out: Output, batch_dir: str) -> Finwire:
         "revenue": tx.money(revenue),
         "earnings": tx.money(earnings),
         "eps": tx.money(eps),
-        "diluted_eps": tx.money(eps - np.abs(eps) // 10),
-        "margin": tx.money(rng.integers(-20, 90, f)),
+        "diluted_eps": tx.money(earnings // diluted_shares),
+        "margin": tx.money(np.round(earnings * 100 / revenue).astype(np.int64)),  # net earnings / revenue
         "inventory": tx.money(rng.integers(0, 10**11, f)),
         "assets": tx.money(rng.integers(10**8, 10**14, f)),
         "liabilities": tx.money(rng.integers(10**7, 10**12, f)),
         "sh_out": tx.ints(shares),
-        "diluted_sh_out": tx.ints(shares + shares // 20),
+        "diluted_sh_out": tx.ints(diluted_shares),
         "co_name_or_cik": pc.if_else(pa.array(fin_by_cik), _cik(fin_company), names.take(pa.array(fin_company))),
     }
     fin_lines = _fixed(fw.FIN, fin_values, f, fin_by_cik)

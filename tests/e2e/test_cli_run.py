@@ -42,6 +42,16 @@ EXPECTED_COUNTS = {
     "statustype": 6,
     "taxrate": 8,
     "tradetype": 5,
+    # the sample has no HR, FINWIRE, customer or trade files
+    "dimbroker": 0,
+    "dimcompany": 0,
+    "dimsecurity": 0,
+    "financial": 0,
+    "dimcustomer": 0,
+    "dimaccount": 0,
+    "dimtrade": 0,
+    # DM: 14 "Row count" validation rows and a phase-complete row for batch 0 (before Batch1) and for batch 1
+    "dimessages": 30,
 }
 
 
@@ -97,7 +107,7 @@ def ledger(home: Path) -> list[tuple]:
 
 def delta_snapshot(home: Path) -> dict[str, list[dict]]:
     lake = Lake(Settings(home=home).lake_root)
-    return {t.name: lake.read_arrow(t).to_pylist() for t in WAREHOUSE_TABLES}
+    return {t.name: lake.read_arrow(t).to_pylist() for t in WAREHOUSE_TABLES if lake.exists(t)}
 
 
 def assert_reference_warehouse(home: Path) -> None:
@@ -114,7 +124,7 @@ def assert_reference_warehouse(home: Path) -> None:
 def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
     first = cli(home, "run", "--sample")
     assert first.returncode == 0, first.stderr
-    assert "collected batch 1: 7 new file(s)" in first.stdout
+    assert "collected micro-batch 1 from" in first.stdout
     assert "batch 1 migrate   done in" in first.stdout
     assert_reference_warehouse(home)
     delta_after_first, pg_after_first, ledger_after_first = (
@@ -130,7 +140,7 @@ def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
     assert delta_snapshot(home) == delta_after_first
     assert pg_snapshot(home) == pg_after_first
     assert ledger(home) == ledger_after_first
-    assert len(ledger_after_first) == len(EXPECTED_COUNTS)
+    assert len(ledger_after_first) == len(delta_after_first)  # one ledger row per Delta warehouse table
 
     batches = cli(home, "batches")
     assert batches.returncode == 0, batches.stderr
@@ -143,7 +153,10 @@ def test_crash_between_delta_commit_and_postgres_commit_then_rerun(home: Path, f
     crashed = cli(home, "run", "--sample", fault=fault)
     assert crashed.returncode == -9, (crashed.stdout, crashed.stderr)
     # Delta holds the batch, PostgreSQL holds nothing of it.
-    assert {name: len(rows) for name, rows in delta_snapshot(home).items()} == EXPECTED_COUNTS
+    in_delta = delta_snapshot(home)
+    assert {name: len(rows) for name, rows in in_delta.items() if rows} == {
+        n: c for n, c in EXPECTED_COUNTS.items() if c
+    }
     assert ledger(home) == []
     assert all(rows == [] for rows in pg_snapshot(home).values())
 
@@ -151,7 +164,7 @@ def test_crash_between_delta_commit_and_postgres_commit_then_rerun(home: Path, f
     assert rerun.returncode == 0, rerun.stderr
     assert "batch 1 migrate" in rerun.stdout and "batch 1 transform" not in rerun.stdout
     assert_reference_warehouse(home)
-    assert [(t, b) for t, _, b in ledger(home)] == [(t, 1) for t in sorted(EXPECTED_COUNTS)]
+    assert [(t, b) for t, _, b in ledger(home)] == [(t, 1) for t in sorted(in_delta)]
 
 
 def test_doctor_reports_every_part(home: Path):

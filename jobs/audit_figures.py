@@ -1,0 +1,254 @@
+"""Audit figures: parse the generator's `*_audit.csv` files and stage them into `staging.audit_figures`.
+
+The TPC-DI generator writes, next to every source file, the counts the automated audit (TPC-DI 1.1.0 audit script
+`tpcdi_audit.sql`) compares the warehouse with: `BatchK/<Source>_audit.csv`, plus `BatchK_audit.csv`
+(the batch's FirstDay/LastDay) and `Generator_audit.csv` at the data set root. Files are tiny (a few lines), so
+they are parsed in Python, not Spark.
+
+Format (`schemas.audit`): a header `DataSet, BatchID ,Date , Attribute , Value, DValue` -- the official files
+put spaces around the names, so names are compared without surrounding spaces and case -- then one figure per
+line; fields are trimmed, an empty field is NULL; CRLF or LF line endings; a UTF-8 byte order mark is ignored.
+Decisions where the format is silent:
+- a blank line is skipped (not a figure, not an error);
+- a line that does not parse (wrong number of fields, BatchID or Value not an integer, Date not `YYYY-MM-DD`,
+  DValue not a number, empty DataSet/Attribute) is a reject with the reason; a file whose header is not the
+  audit header rejects all its lines. `stage` sends rejects to `staging.rejects` (source `Audit`), so lines
+  read = figures staged + lines rejected; `read_dir` raises on them (it reads a data set for the audit, where
+  a bad figure must not pass silently).
+- The same audit file delivered again (same TPC-DI batch and file name, e.g. a redelivery under another folder)
+  must not count twice: `staged_figures` keeps, per (TPC-DI batch, file name), the delivery staged last.
+
+Entries: `stage(ctx, batch_id, files)` (called by the stage job for a micro-batch's audit files; one append
+with app transaction `stage/audit_figures`), `staged_figures(ctx)` and `read_dir(data_dir)`.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import fnmatch
+import io
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+
+from schemas.audit import AUDIT_FIGURES, PARSED_FIGURE_COLUMNS
+from schemas.model import arrow_type
+from schemas.sources import AUDIT_PATTERN
+from schemas.staging import REJECTS
+from streamdi.batchlog import BatchFile
+from streamdi.context import JobContext
+
+AUDIT_SOURCE = "Audit"  # source name of audit lines in staging.rejects
+HEADER = ("dataset", "batchid", "date", "attribute", "value", "dvalue")
+
+
+@dataclass(frozen=True)
+class Rejected:
+    source_file: str
+    line_no: int
+    line: str
+    reason: str
+
+
+def parsed_schema() -> pa.Schema:
+    """Arrow schema of a parsed audit table: the six fields, `source_file` and `line_no`."""
+    return pa.schema([pa.field(c.name, arrow_type(c.type), c.nullable) for c in PARSED_FIGURE_COLUMNS])
+
+
+def is_audit_file(path: str) -> bool:
+    return fnmatch.fnmatchcase(PurePosixPath(path).name, AUDIT_PATTERN)
+
+
+def _int(text: str, name: str) -> int:
+    body = text[1:] if text[:1] in "+-" else text
+    if not body.isdigit():
+        raise ValueError(f"{name}: '{text}' is not an integer")
+    return int(text)
+
+
+def _figure(fields: list[str]) -> dict:
+    """One audit line's fields (already split) as typed values; raises ValueError naming every problem."""
+    if len(fields) != len(HEADER):
+        raise ValueError(f"expected {len(HEADER)} fields, found {len(fields)}")
+    dataset, batchid, date, attribute, value, dvalue = (f.strip() for f in fields)
+    problems: list[str] = []
+    row: dict = {"dataset": dataset, "attribute": attribute, "batchid": None, "date": None}
+    for name, text in (("DataSet", dataset), ("Attribute", attribute)):
+        if not text:
+            problems.append(f"{name}: required value is empty")
+    try:
+        row["batchid"] = _int(batchid, "BatchID")
+    except ValueError as e:
+        problems.append(str(e))
+    try:
+        row["date"] = dt.date.fromisoformat(date) if date else None
+        if date and len(date) != 10:
+            raise ValueError
+    except ValueError:
+        problems.append(f"Date: '{date}' is not a YYYY-MM-DD date")
+    try:
+        row["value"] = _int(value, "Value") if value else None
+    except ValueError as e:
+        problems.append(str(e))
+    try:
+        row["dvalue"] = float(dvalue) if dvalue else None
+    except ValueError:
+        problems.append(f"DValue: '{dvalue}' is not a number")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return row
+
+
+def parse_audit_text(text: str, source_file: str) -> tuple[list[dict], list[Rejected]]:
+    """Figures of one audit file's text, in file order, and its rejected lines.
+
+    Every figure carries `source_file` and `line_no` (1-based, the header being line 1).
+    """
+    text = text.removeprefix("\ufeff")
+    lines = text.splitlines()
+    figures: list[dict] = []
+    rejected: list[Rejected] = []
+    if not lines:
+        return figures, rejected
+    header = [h.strip().lower() for h in next(csv.reader([lines[0]]))]
+    bad_header = tuple(header) != HEADER
+    for line_no, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        if bad_header:
+            rejected.append(Rejected(source_file, line_no, line, f"not an audit file: header is {lines[0]!r}"))
+            continue
+        try:
+            row = _figure(next(csv.reader(io.StringIO(line))))
+        except ValueError as e:
+            rejected.append(Rejected(source_file, line_no, line, str(e)))
+            continue
+        figures.append({**row, "source_file": source_file, "line_no": line_no})
+    return figures, rejected
+
+
+def figures_table(figures: Iterable[dict]) -> pa.Table:
+    """Parsed figures as an Arrow table with `parsed_schema()`."""
+    schema = parsed_schema()
+    rows = list(figures)
+    return pa.table({f.name: pa.array([r[f.name] for r in rows], f.type) for f in schema}, schema=schema)
+
+
+def parse_audit_files(paths: Sequence[Path], root: Path | None = None) -> tuple[pa.Table, list[Rejected]]:
+    """Parse audit files: (figures of all files in the given order, rejected lines).
+
+    `source_file` is the path relative to `root` when given (POSIX separators), else the path as given.
+    """
+    figures: list[dict] = []
+    rejected: list[Rejected] = []
+    for path in paths:
+        name = Path(path).relative_to(root).as_posix() if root is not None else str(path)
+        rows, bad = parse_audit_text(Path(path).read_bytes().decode("utf-8"), name)
+        figures.extend(rows)
+        rejected.extend(bad)
+    return figures_table(figures), rejected
+
+
+def audit_files_in(data_dir: Path) -> list[Path]:
+    """The audit files of a TPC-DI data set directory: `DIR/*_audit.csv` (BatchK_audit.csv, Generator_audit.csv)
+    and `DIR/BatchK/*_audit.csv`, sorted by relative path."""
+    data_dir = Path(data_dir)
+    found = [p for p in data_dir.glob(AUDIT_PATTERN) if p.is_file()]
+    for batch_dir in data_dir.glob("Batch*"):
+        if batch_dir.is_dir():
+            found.extend(p for p in batch_dir.glob(AUDIT_PATTERN) if p.is_file())
+    return sorted(found, key=lambda p: p.relative_to(data_dir).as_posix())
+
+
+def read_dir(data_dir: Path) -> pa.Table:
+    """Every figure of a data set directory (see `audit_files_in`); `source_file` relative to `data_dir`.
+
+    Raises ValueError listing the lines that do not parse.
+    """
+    table, rejected = parse_audit_files(audit_files_in(data_dir), root=Path(data_dir))
+    if rejected:
+        listing = "; ".join(f"{r.source_file}:{r.line_no}: {r.reason}" for r in rejected[:10])
+        raise ValueError(f"{len(rejected)} audit line(s) do not parse: {listing}")
+    return table
+
+
+def _lineage(table: pa.Table, batch_id: int, source_batch: dict[str, int]) -> pa.Table:
+    n = table.num_rows
+    batches = [source_batch[f] for f in table["source_file"].to_pylist()]
+    return (
+        table.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
+        .append_column("source_batch", pa.array(batches, pa.int32()))
+        .select(AUDIT_FIGURES.column_names)
+        .cast(AUDIT_FIGURES.arrow_schema())
+    )
+
+
+def _rejects_table(rejected: list[Rejected], batch_id: int, source_batch: dict[str, int]) -> pa.Table:
+    columns = {
+        "batch_id": [batch_id] * len(rejected),
+        "source_batch": [source_batch[r.source_file] for r in rejected],
+        "source": [AUDIT_SOURCE] * len(rejected),
+        "source_file": [r.source_file for r in rejected],
+        "line_no": [r.line_no for r in rejected],
+        "line": [r.line for r in rejected],
+        "reason": [r.reason for r in rejected],
+    }
+    schema = REJECTS.arrow_schema()
+    return pa.table({f.name: pa.array(columns[f.name], f.type) for f in schema}, schema=schema)
+
+
+def stage(ctx: JobContext, batch_id: int, files: Sequence[BatchFile]) -> dict[str, int]:
+    """Stage the audit files among `files` (landing files of micro-batch `batch_id`) into
+    `staging.audit_figures`, rejected lines into `staging.rejects`; returns rows written per table.
+
+    One append per table with the app transaction `stage/audit_figures` (`stage/audit_rejects`), version
+    `batch_id`, so a rerun of the micro-batch stages nothing twice. Files that are not audit files are ignored.
+    """
+    audit = [bf for bf in files if is_audit_file(bf.file)]
+    if not audit:
+        return {}
+    source_batch = {bf.file: bf.source_batch for bf in audit}
+    figures: list[dict] = []
+    rejected: list[Rejected] = []
+    for bf in audit:
+        text = (ctx.settings.landing_dir / bf.file).read_bytes().decode("utf-8", errors="replace")
+        rows, bad = parse_audit_text(text, bf.file)
+        figures.extend(rows)
+        rejected.extend(bad)
+    staged = _lineage(figures_table(figures), batch_id, source_batch)
+    ctx.lake.append(AUDIT_FIGURES, staged, app_id=f"stage/{AUDIT_FIGURES.name}", version=batch_id)
+    written = {AUDIT_FIGURES.name: staged.num_rows}
+    if rejected:
+        ctx.lake.append(
+            REJECTS, _rejects_table(rejected, batch_id, source_batch), app_id="stage/audit_rejects", version=batch_id
+        )
+        written[REJECTS.name] = len(rejected)
+    return written
+
+
+def latest_deliveries(staged: pa.Table) -> pa.Table:
+    """Staged figures without repeated deliveries: per (TPC-DI batch, file name) only the file staged last
+    (highest micro-batch, then the greatest landing path), in the parsed schema."""
+    rows = staged.to_pylist()
+    chosen: dict[tuple[int, str], tuple[int, str]] = {}
+    for r in rows:
+        ident = (r["source_batch"], PurePosixPath(r["source_file"]).name)
+        delivery = (r["batch_id"], r["source_file"])
+        chosen[ident] = max(chosen.get(ident, delivery), delivery)
+    keep = [
+        r
+        for r in rows
+        if chosen[(r["source_batch"], PurePosixPath(r["source_file"]).name)] == (r["batch_id"], r["source_file"])
+    ]
+    keep.sort(key=lambda r: (r["source_file"], r["line_no"]))
+    return figures_table(keep)
+
+
+def staged_figures(ctx: JobContext) -> pa.Table:
+    """The staged figures (see `latest_deliveries`); an empty table when none was staged."""
+    if not ctx.lake.exists(AUDIT_FIGURES):
+        return figures_table([])
+    return latest_deliveries(ctx.lake.read_arrow(AUDIT_FIGURES))

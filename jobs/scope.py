@@ -1,0 +1,103 @@
+"""What one micro-batch's transform steps see: its id, its files, and the TPC-DI batches and dates in play.
+
+Two notions of batch (ARCHITECTURE.md, "Collect"):
+- the **micro-batch** (`batch_id`): the batch log's sequence number; it orders and deduplicates work, is the
+  version of every app transaction, and selects "this micro-batch's rows" in staging (`staging.*.batch_id`);
+  it never reaches a warehouse row;
+- the **TPC-DI batch** (`source_batch` in staging, `batchid` in the warehouse): 1 historical, 2.. incremental,
+  each with its BatchDate (from its `BatchDate.txt`), which dates the changes of incremental files.
+
+A micro-batch may carry files of several TPC-DI batches, and a dripped TPC-DI batch spreads over many
+micro-batches; BatchDate.txt may arrive in any of them. `batch_dates` holds every BatchDate staged up to and
+including this micro-batch. Change records of a TPC-DI batch whose date is still unknown wait in staging;
+`newly_dated` lists the TPC-DI batches whose date arrived in this micro-batch, so the steps pick their
+waiting records up then.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from schemas import sources as src
+from schemas.model import Table
+from streamdi.context import JobContext
+
+
+@dataclass(frozen=True)
+class BatchScope:
+    batch_id: int
+    source_batches: tuple[int, ...]  # TPC-DI batches of this micro-batch's files
+    batch_dates: dict[int, dt.date] = field(default_factory=dict)  # TPC-DI batch -> BatchDate, known so far
+    newly_dated: tuple[int, ...] = ()  # TPC-DI batches whose BatchDate was staged by this micro-batch
+    file_seq: dict[str, int] = field(default_factory=dict)  # landing file -> position in the micro-batch
+    sources: frozenset[str] = frozenset()  # declared sources of its files (`Trade_CDC`, `FINWIRE`, ...)
+
+    def carries(self, *names: str) -> bool:
+        """True when the micro-batch has a file of one of these sources (a step with nothing new can skip)."""
+        return any(n in self.sources for n in names)
+
+    def app_id(self, step: str, table: Table) -> str:
+        """The app transaction id of `step`'s commit to `table` (ARCHITECTURE.md: `step/table`)."""
+        return f"{step}/{table.name}"
+
+    def committed(self, ctx: JobContext, step: str, table: Table) -> bool:
+        """True when `step` already committed `table` for this micro-batch (a rerun skips the work)."""
+        if not ctx.lake.exists(table):
+            return False
+        done = ctx.lake.committed_version(table, self.app_id(step, table))
+        return done is not None and done >= self.batch_id
+
+    def staged(self, ctx: JobContext, table: Table, *, upto: bool = False) -> DataFrame | None:
+        """This micro-batch's rows of a staging table (every micro-batch up to it with `upto`); None if the
+        table does not exist yet."""
+        if not ctx.lake.exists(table):
+            return None
+        df = ctx.lake.read(table)
+        cond = F.col("batch_id") <= self.batch_id if upto else F.col("batch_id") == self.batch_id
+        return df.where(cond)
+
+    def dates_frame(self, ctx: JobContext) -> DataFrame:
+        """`source_batch int, batchdate date` for every TPC-DI batch whose date is known."""
+        rows = sorted(self.batch_dates.items())
+        return ctx.spark.createDataFrame(rows, "source_batch int, batchdate date")
+
+
+def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
+    """The scope of micro-batch `batch_id`, from the batch log and the staged BatchDate rows."""
+    from streamdi.batchlog import BatchLog
+
+    files = BatchLog(ctx.lake).files(batch_id)
+    dates: dict[int, dt.date] = {}
+    newly: set[int] = set()
+    table = src.BATCH_DATE.staging
+    if ctx.lake.exists(table):
+        rows = ctx.lake.read_arrow(table).to_pylist()
+        known_before: set[int] = set()
+        for r in sorted(rows, key=lambda r: (r["batch_id"], r["source_file"], r["line_no"])):
+            if r["batch_id"] > batch_id:
+                continue
+            dates[r["source_batch"]] = r["batchdate"]  # a redelivered BatchDate.txt: the latest one wins
+            if r["batch_id"] < batch_id:
+                known_before.add(r["source_batch"])
+            elif r["source_batch"] not in known_before:
+                newly.add(r["source_batch"])
+    from jobs.stage import nondelimited_source_for_file, source_for_file
+
+    sources = set()
+    for f in files:
+        kind = nondelimited_source_for_file(f.file, f.source_batch)
+        declared = None if kind else source_for_file(f.file, f.source_batch)
+        if kind or declared:
+            sources.add(kind or declared.name)
+    return BatchScope(
+        batch_id=batch_id,
+        sources=frozenset(sources),
+        source_batches=tuple(sorted({f.source_batch for f in files})),
+        batch_dates=dates,
+        newly_dated=tuple(sorted(newly)),
+        file_seq={f.file: f.file_seq for f in files},
+    )
