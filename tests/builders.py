@@ -64,3 +64,16 @@ def deliver(landing: Path, relative: str, content: bytes, arrived_at: datetime) 
     path.write_bytes(content)
     os.utime(path, (arrived_at.timestamp(), arrived_at.timestamp()))
     return path
+
+
+def trim_calendar(data_dir: Path, lines: int = 400) -> None:
+    """Cut a generated data set's Batch1 Date.txt and Time.txt to their first `lines` lines.
+
+    They are fixed-size (25,933 days, 86,400 seconds) whatever the scale factor, and nothing but DimDate/DimTime
+    and DimBroker's effective date (the first day) reads them; tests of the dataflow that do not audit the
+    calendar use a short one to stay fast.
+    """
+    for name in ("Date.txt", "Time.txt"):
+        path = data_dir / "Batch1" / name
+        kept = path.read_bytes().split(b"\r\n")[:lines]
+        path.write_bytes(b"\r\n".join(kept) + b"\r\n")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import trim_calendar
 from deltalake import DeltaTable
 
 from schemas.warehouse import WAREHOUSE_TABLES
@@ -36,6 +37,7 @@ SEEDS = (1, 2, 3)
 def data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sf002")
     generate(Params(scale_factor=0.02, batches=2), out)
+    trim_calendar(out)
     return out
 
 

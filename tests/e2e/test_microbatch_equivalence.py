@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from builders import trim_calendar
 
 from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi.context import JobContext
@@ -46,6 +47,7 @@ def load_dripped(ctx: JobContext, data: Path, batch: int, parts: int) -> int:
 def data_sf01(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sf01")
     generate(Params(scale_factor=0.1, batches=2), out)
+    trim_calendar(out)
     return out
 
 
@@ -93,6 +95,7 @@ def dripped_batches(ctx: JobContext) -> list[int]:
 def data_sf002(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sf002")
     generate(Params(scale_factor=0.02, batches=2), out)
+    trim_calendar(out)
     return out
 
 
