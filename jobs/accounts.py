@@ -33,8 +33,11 @@ or `CA_C_ID`; `accountdesc` = `CA_NAME`, `taxstatus` = `CA_TAX_ST`. The account'
 every version of its customer**: each account version is the intersection of an account-record version and a
 customer version, so a new customer version (UPDCUST, INACT, a Customer.txt line) gives each of the
 customer's accounts a new version the same day that points to the new `sk_customerid`, and every account
-version lies inside the customer version it points to (the audit's SK_CustomerID rule). While the customer's
-status is `INAC` the account's status is `INAC` too (INACT inactivates the customer's accounts).
+version lies inside the customer version it points to (the audit's SK_CustomerID rule). Accounts already
+closed are cut too: "the customer's accounts open at that time" is read as the accounts that exist then,
+since a closed account's open-ended version must not outlive the customer version it points to. While the
+customer's status is `INAC` the account's status is `INAC` too (INACT inactivates the customer's accounts;
+the audit requires an inactive account row for every inactive customer version).
 `sk_brokerid` is the DimBroker row of `CA_B_ID` valid on the account version's effective date. `batchid` is
 the TPC-DI batch of the change that started the version (the account's or the customer's; the later-starting
 one, the greater batch on a tie). `sk_accountid` = `surrogate_key(accountid, effectivedate)`.
@@ -55,8 +58,9 @@ Decisions where the spec is silent:
   `C_ID=..` / `CA_ID=..`, data with the reason) and is retried when touched again. The whole key is kept out,
   not just the bad version, so that no gap or stale version is ever written. When a retry succeeds (or the
   reason moves to another batch) the old "not loaded" alert is deleted in the same DImessages commit, so a
-  wait that resolves leaves the tables as a load of everything at once would; `jobs.messages.commit_messages`
-  has no deletes, so T2 commits its messages with a twin of it that adds them (`_commit_messages`);
+  wait that resolves leaves the tables as a load of everything at once would. `jobs.messages.commit_messages`
+  has no deletes, so T2 builds its message rows the same way (time = BatchDate of the batch) in
+  `_message_changes` and commits them itself;
 - alerts need the BatchDate; the alerts of a record whose TPC-DI batch is not dated yet are raised when the
   date arrives (`scope.newly_dated`). CustomerMgmt versions do not wait (their dates are their ActionTS);
 - DimBroker has one version per broker (TPC-DI 4.5.4), so account versions are not cut at broker versions.
@@ -67,8 +71,15 @@ batches); touched accounts are the accounts with records in this micro-batch (li
 whose records name a touched customer. When the micro-batch brings StatusType or TaxRate lines every customer
 and account is touched, when it brings HR or Date lines (DimBroker) every account. Each touched key's history
 is recomputed from all its records staged so far and replaces the key's rows, so any split of the input into
-micro-batches, in any order within a day, ends in the same tables. Commits (app transactions `T2/<table>`,
-version = micro-batch, skipped when already recorded): DimCustomer, DimAccount, DImessages.
+micro-batches, in any order within a day, ends in the same tables. A micro-batch that brings none of these
+files and dates no batch costs nothing (no Spark job).
+
+Commits: DimCustomer, DimAccount, DImessages, one MERGE each with app transaction `T2/<table>`, version =
+micro-batch, skipped when already recorded, and made even when empty so that a rerun of a committed
+micro-batch returns at once. Spark work: the touched accounts' records, the customer versions and the account
+versions are materialized with `localCheckpoint` (this cuts the plans: planning and code generation of the
+shared parts, not the data, dominate at TPC-DI sizes), then one action collects all three tables' changes.
+A lost executor loses local checkpoints and fails the step, which is then rerun.
 """
 
 from __future__ import annotations
@@ -598,8 +609,8 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the touched customers and accounts from all their staged records and commit DimCustomer,
     DimAccount and the alerts (one commit each, skipped when already recorded for this micro-batch).
 
-    The three tables' changes are computed by one Spark action (`collect_changes`): the plans share their
-    inputs and shuffles, which Spark then runs once."""
+    Spark actions: one per version set (customers, accounts) and one that collects the three tables' changes
+    (`collect_changes`)."""
     why = triggers(scope)
     todo = [t for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES) if not scope.committed(ctx, STEP, t)]
     if not why.any or not todo:
@@ -623,17 +634,22 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         own = acct_changes.where(in_scope).select("accountid")
         of_customers = acct_changes.join(touched_customers, "customerid", "left_semi").select("accountid")
         touched_accounts = own.unionByName(of_customers).distinct()
-    account_records = acct_changes.join(touched_accounts, "accountid", "left_semi")
+    account_records = acct_changes.join(touched_accounts, "accountid", "left_semi").localCheckpoint()
     # the customers to rebuild: the touched ones and those the touched accounts need (equal rows stay alone)
     customers_needed = touched_customers.unionByName(account_records.select("customerid")).distinct()
 
+    # Versions are materialized (local checkpoints): the plans that use them stay small, so Spark plans and
+    # generates code for each part once instead of once per use.
     status_types = _table(ctx, wh.STATUS_TYPE)
     cv = customer_versions(
         cust_changes.join(customers_needed, "customerid", "left_semi"), status_types, _table(ctx, wh.TAX_RATE)
-    )
+    ).localCheckpoint()
     customers = loadable(cv, "customerid")
-    av = account_versions(account_records, customers, _table(ctx, wh.DIM_BROKER), status_types)
+    av = account_versions(account_records, customers, _table(ctx, wh.DIM_BROKER), status_types).localCheckpoint()
     accounts = loadable(av, "accountid")
+    # every rebuilt key has change records, hence versions: the rebuilt keys are the keys of the versions
+    customer_keys = cv.select("customerid").distinct()
+    account_keys = av.select("accountid").distinct()
 
     raised = reduce(
         DataFrame.unionByName,
@@ -647,20 +663,19 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     )
     existing = _table(ctx, wh.DI_MESSAGES)
     resolved = resolved_alerts(
-        existing, raised, customers_needed, source="DimCustomer", natural="customerid", label="C_ID"
+        existing, raised, customer_keys, source="DimCustomer", natural="customerid", label="C_ID"
     ).unionByName(
-        resolved_alerts(existing, raised, touched_accounts, source="DimAccount", natural="accountid", label="CA_ID")
+        resolved_alerts(existing, raised, account_keys, source="DimAccount", natural="accountid", label="CA_ID")
     )
     changes = {
-        wh.DIM_CUSTOMER: lambda: _table_changes(ctx, wh.DIM_CUSTOMER, customers, "customerid", customers_needed),
-        wh.DIM_ACCOUNT: lambda: _table_changes(ctx, wh.DIM_ACCOUNT, accounts, "accountid", touched_accounts),
+        wh.DIM_CUSTOMER: lambda: _table_changes(ctx, wh.DIM_CUSTOMER, customers, "customerid", customer_keys),
+        wh.DIM_ACCOUNT: lambda: _table_changes(ctx, wh.DIM_ACCOUNT, accounts, "accountid", account_keys),
         wh.DI_MESSAGES: lambda: _message_changes(ctx, scope, raised, resolved),
     }
     collected = collect_changes({t: changes[t]() for t in todo})
     rows: dict[str, int] = {}
     for table, (new, gone) in collected.items():
-        if table is wh.DI_MESSAGES and new.num_rows == 0 and gone.num_rows == 0:
-            continue  # as jobs.messages.commit_messages: no commit without messages
+        # committed even when empty, so that the app transaction records the micro-batch as done
         data = ctx.lake.to_arrow(table, new)
         ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
         rows[table.name] = data.num_rows
@@ -688,7 +703,15 @@ def _message_changes(ctx: JobContext, scope: BatchScope, raised: DataFrame, reso
     dates = _dates(ctx, scope).select(
         F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
     )
-    dated = raised.join(F.broadcast(dates), "batchid", "left").select(*wh.DI_MESSAGES.column_names)
+    key = list(wh.DI_MESSAGES.key)
+    values = [c for c in wh.DI_MESSAGES.column_names if c not in key]
+    # a record delivered twice raises its alert twice: one row per message key (the rows are equal)
+    dated = (
+        raised.join(F.broadcast(dates), "batchid", "left")
+        .groupBy(*key)
+        .agg(*[F.min(c).alias(c) for c in values])
+        .select(*wh.DI_MESSAGES.column_names)
+    )
     return dated.withColumn(DELETE, F.lit(False)).unionByName(
         resolved.withColumn(DELETE, F.lit(True)), allowMissingColumns=True
     )
