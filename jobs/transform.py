@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jobs import accounts, messages, reference, securities, trades
 from jobs.scope import BatchScope, load_scope
 from streamdi.context import JobContext
 
@@ -35,27 +36,12 @@ class Step:
     after: tuple[str, ...] = ()
 
 
-def _reference(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    from jobs import reference
-
-    return reference.run(ctx, scope).rows
-
-
-def _optional(module: str) -> Callable[[JobContext, BatchScope], dict[str, int]]:
-    def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-        import importlib
-
-        return importlib.import_module(f"jobs.{module}").run(ctx, scope)
-
-    return run
-
-
 STEPS: tuple[Step, ...] = (
-    Step("T0", _reference),
-    Step("T1", _optional("securities"), after=("T0",)),
-    Step("T2", _optional("accounts"), after=("T0",)),
-    Step("T3", _optional("trades"), after=("T1", "T2")),
-    Step("DM", _optional("messages"), after=("T3",)),
+    Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows),
+    Step("T1", securities.run, after=("T0",)),
+    Step("T2", accounts.run, after=("T0",)),
+    Step("T3", trades.run, after=("T1", "T2")),
+    Step("DM", messages.run, after=("T3",)),
 )
 
 
