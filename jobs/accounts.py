@@ -584,19 +584,6 @@ def _staged(ctx: JobContext, scope: BatchScope, table: Table) -> DataFrame:
     return staged if staged is not None else _empty(ctx, table)
 
 
-def _dates(ctx: JobContext, scope: BatchScope) -> DataFrame:
-    """`source_batch int, batchdate date` of every dated TPC-DI batch (as `scope.dates_frame`, from literals)."""
-    rows = [
-        F.struct(F.lit(b).cast("int").alias("source_batch"), F.lit(d).cast("date").alias("batchdate"))
-        for b, d in sorted(scope.batch_dates.items())
-    ]
-    if not rows:
-        return ctx.spark.range(0).select(
-            F.lit(None).cast("int").alias("source_batch"), F.lit(None).cast("date").alias("batchdate")
-        )
-    return ctx.spark.range(1).select(F.inline(F.array(*rows)))
-
-
 def _in_scope(scope: BatchScope, micro: str = "batch_id", batch: str = "source_batch") -> Column:
     """Records that are new to the warehouse in this micro-batch: staged by it, or of a newly dated batch."""
     this = F.col(micro) == F.lit(scope.batch_id)
@@ -615,7 +602,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     todo = [t for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES) if not scope.committed(ctx, STEP, t)]
     if not why.any or not todo:
         return {}
-    dates = F.broadcast(_dates(ctx, scope))
+    dates = F.broadcast(scope.dates_frame(ctx))
     actions = _staged(ctx, scope, CUSTOMER_MGMT)
     customer_lines = _staged(ctx, scope, src.CUSTOMER.staging).join(dates, "source_batch")
     account_lines = _staged(ctx, scope, src.ACCOUNT.staging).join(dates, "source_batch")
@@ -700,7 +687,7 @@ def _table_changes(ctx: JobContext, table: Table, versions: DataFrame, natural: 
 def _message_changes(ctx: JobContext, scope: BatchScope, raised: DataFrame, resolved: DataFrame) -> DataFrame:
     """As `jobs.messages.commit_messages` (the message time is the BatchDate of its batch), plus the keys of
     the resolved alerts to delete in the same commit."""
-    dates = _dates(ctx, scope).select(
+    dates = scope.dates_frame(ctx).select(
         F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
     )
     key = list(wh.DI_MESSAGES.key)

@@ -61,9 +61,18 @@ class BatchScope:
         return df.where(cond)
 
     def dates_frame(self, ctx: JobContext) -> DataFrame:
-        """`source_batch int, batchdate date` for every TPC-DI batch whose date is known."""
-        rows = sorted(self.batch_dates.items())
-        return ctx.spark.createDataFrame(rows, "source_batch int, batchdate date")
+        """`source_batch int, batchdate date` for every TPC-DI batch whose date is known.
+
+        Built from literals, not from a Python list: `createDataFrame` of local rows starts Python workers."""
+        rows = [
+            F.struct(F.lit(b).cast("int").alias("source_batch"), F.lit(d).cast("date").alias("batchdate"))
+            for b, d in sorted(self.batch_dates.items())
+        ]
+        if not rows:
+            return ctx.spark.range(0).select(
+                F.lit(None).cast("int").alias("source_batch"), F.lit(None).cast("date").alias("batchdate")
+            )
+        return ctx.spark.range(1).select(F.inline(F.array(*rows)))
 
 
 def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
