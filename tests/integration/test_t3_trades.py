@@ -153,6 +153,7 @@ class World:
         settings = Settings(home=root, spark_master="local[2]", trade_hold_batches=hold_batches)
         self.ctx = JobContext(settings, spark=spark, lake=Lake(root / "lake", spark))
         self.lines: dict[str, int] = {}
+        self.sources: dict[int, set[str]] = {}  # micro-batch -> sources staged in it (as the batch log would say)
         lake = self.ctx.lake
         lake.upsert(wh.STATUS_TYPE, self._arrow(wh.STATUS_TYPE, STATUS_TYPES), app_id="T0/statustype", version=1)
         lake.upsert(wh.TRADE_TYPE, self._arrow(wh.TRADE_TYPE, TRADE_TYPES), app_id="T0/tradetype", version=1)
@@ -166,6 +167,9 @@ class World:
     def stage(self, table: Table, micro_batch: int, source_batch: int, rows: list[dict]) -> None:
         """Append staged rows with lineage (file `Batch<k>/<table>.txt`, line numbers continuing per file)."""
         file = f"Batch{source_batch}/{table.name}.txt"
+        self.sources.setdefault(micro_batch, set()).update(
+            s.name for s in src.ALL_SOURCES if s.staging.name == table.name
+        )
         first = self.lines.get(file, 0)
         self.lines[file] = first + len(rows)
         lineage = {"batch_id": micro_batch, "source_batch": source_batch, "source_file": file}
@@ -182,7 +186,12 @@ class World:
             self.ctx.lake.upsert(wh.DIM_SECURITY, data, app_id="T1/dimsecurity", version=micro_batch)
 
     def run(self, micro_batch: int) -> dict[str, int]:
-        scope = BatchScope(batch_id=micro_batch, source_batches=(1, 2, 3), batch_dates=BATCH_DATES)
+        scope = BatchScope(
+            batch_id=micro_batch,
+            source_batches=(1, 2, 3),
+            batch_dates=BATCH_DATES,
+            sources=frozenset(self.sources.get(micro_batch, ())),
+        )
         return trades.run(self.ctx, scope)
 
     def table(self, table: Table) -> list[dict]:
