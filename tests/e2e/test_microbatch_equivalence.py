@@ -3,7 +3,7 @@ the Delta warehouse ends identical row for row (surrogate keys included).
 
 Generated data (the generator is deterministic): Batch1 is loaded once; Batch2 is then loaded on copies of
 that state whole, and dripped as 7 and as 50 micro-batches. Separately, Batch1 + Batch2 of a smaller data set
-load with 1, 2 and 8 shuffle partitions. Each variant runs collect -> stage -> transform in this process
+load with 1 and 8 shuffle partitions. Each variant runs collect -> stage -> transform in this process
 (PostgreSQL is not involved: migration has its own tests) and every warehouse table is compared.
 """
 
@@ -99,10 +99,10 @@ def data_sf002(tmp_path_factory) -> Path:
     return out
 
 
-def test_shuffle_partitions_1_2_and_8_give_identical_warehouses(data_sf002, tmp_path, spark):
+def test_shuffle_partitions_1_and_8_give_identical_warehouses(data_sf002, tmp_path, spark):
     results = {}
     try:
-        for partitions in (2, 1, 8):
+        for partitions in (1, 8):
             spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
             ctx = make_context(tmp_path / f"p{partitions}", spark)
             for batch in (1, 2):
@@ -111,7 +111,7 @@ def test_shuffle_partitions_1_2_and_8_give_identical_warehouses(data_sf002, tmp_
             results[partitions] = warehouse_rows(ctx)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
-    assert results[2]["dimtrade"]
-    for partitions in (1, 8):
-        for table, rows in results[2].items():
-            assert results[partitions][table] == rows, f"{table} differs with {partitions} shuffle partitions"
+    assert results[1]["dimtrade"]
+    assert results[8].keys() == results[1].keys()
+    for table, rows in results[1].items():
+        assert results[8][table] == rows, f"{table} differs between 1 and 8 shuffle partitions"
