@@ -361,6 +361,24 @@ def touched_trades(
     return flagged.where(keep).select(*states.columns)
 
 
+def candidate_records(
+    records: DataFrame,
+    batch_id: int,
+    held: DataFrame,
+    changed_accounts: DataFrame | None,
+    changed_symbols: DataFrame | None,
+) -> DataFrame:
+    """All records of the trades `touched_trades` may keep, found before the per-trade aggregation so that a
+    small micro-batch does not aggregate every trade ever staged: trades with a record in `batch_id`, held
+    ones, and those with a record naming a changed account or symbol. A superset of the touched trades (a
+    trade's latest account is one its records name), with every record of each, so their states are exact."""
+    ids = records.where(F.col("batch_id") == batch_id).select("tradeid").unionByName(held.select("tradeid"))
+    for changed, column in ((changed_accounts, "t_ca_id"), (changed_symbols, "t_s_symb")):
+        if changed is not None:
+            ids = ids.unionByName(records.join(F.broadcast(changed), column, "left_semi").select("tradeid"))
+    return records.join(ids.distinct(), "tradeid", "left_semi")
+
+
 def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:
     """A warehouse table (or, with `scope`, a staging table's rows up to this micro-batch); empty if absent."""
     if not ctx.lake.exists(table):
@@ -429,13 +447,12 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     held = holds_df.where(F.col("state") == HELD)
 
     trade_types = _read(ctx, wh.TRADE_TYPE)
-    states = touched_trades(
-        trade_states(records, trade_types),
-        scope.batch_id,
-        holds_df,
+    changed = (
         _changed_keys(ctx, scope, wh.DIM_ACCOUNT, "accountid", "t_ca_id"),
         _changed_keys(ctx, scope, wh.DIM_SECURITY, "symbol", "t_s_symb"),
     )
+    candidates = candidate_records(records, scope.batch_id, held, *changed)
+    states = touched_trades(trade_states(candidates, trade_types), scope.batch_id, holds_df, *changed)
     built = build_trades(
         states, _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT), _read(ctx, wh.STATUS_TYPE), trade_types
     ).cache()

@@ -520,3 +520,40 @@ def test_held_trade_is_rejected_after_the_limit_with_an_alert(spark, tmp_path):
     w.run(4)
     assert w.table(wh.DIM_TRADE) == []
     assert w.table(TRADE_HOLDS)[0]["state"] == "rejected"
+
+
+def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark, tmp_path):
+    w = World(spark, tmp_path)
+    w.stage(
+        src.TRADE.staging,
+        1,
+        1,
+        [
+            trade(1, "2013-05-01 10:05:00", "CMPT", account=100),  # nothing touches it
+            trade(2, "2013-05-02 10:05:00", "CMPT", account=200),  # its account changed
+            trade(3, "2013-05-03 10:05:00", "PNDG", "TLB", symb="SYMB", account=300),  # held
+        ],
+    )
+    w.stage(
+        src.TRADE_HISTORY.staging,
+        1,
+        1,
+        [history(t, f"2013-05-0{t} 10:00:00", "SBMT") for t in (1, 2, 3)],
+    )
+    w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("I", 1, 4, "2014-01-02 09:30:00", "SBMT")])  # new in micro-batch 2
+    staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
+    records = trades.trade_records(*[w.ctx.lake.read(t) for t in staged])
+    held = spark.createDataFrame([(3,)], "tradeid bigint")
+    changed_accounts = spark.createDataFrame([(200,)], "t_ca_id bigint")
+    got = trades.candidate_records(records, 2, held, changed_accounts, None)
+    rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.collect())
+    history_kind, trade_kind = trades.HISTORY, trades.TRADE
+    assert rows == sorted(
+        [
+            (2, trade_kind, 1),
+            (2, history_kind, 1),
+            (3, trade_kind, 1),
+            (3, history_kind, 1),
+            (4, trade_kind, 2),
+        ]
+    )
