@@ -570,18 +570,13 @@ def triggers(scope: BatchScope) -> Triggers:
     )
 
 
-def _empty(ctx: JobContext, table: Table) -> DataFrame:
-    # built from literals, not from a Python list: a Python RDD would start Python workers
-    return ctx.spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in table.spark_schema()])
-
-
 def _table(ctx: JobContext, table: Table) -> DataFrame:
-    return ctx.lake.read(table) if ctx.lake.exists(table) else _empty(ctx, table)
+    return ctx.lake.read_or_empty(table)
 
 
 def _staged(ctx: JobContext, scope: BatchScope, table: Table) -> DataFrame:
     staged = scope.staged(ctx, table, upto=True)
-    return staged if staged is not None else _empty(ctx, table)
+    return staged if staged is not None else ctx.lake.empty(table)
 
 
 def _in_scope(scope: BatchScope, micro: str = "batch_id", batch: str = "source_batch") -> Column:

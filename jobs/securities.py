@@ -443,13 +443,11 @@ def companies_reached(references: DataFrame, refs: DataFrame) -> DataFrame:
 # ------------------------------------------------------------------------------------------- I/O edge
 def _staged(ctx: JobContext, scope: BatchScope, table: Table, *, upto: bool) -> DataFrame:
     df = scope.staged(ctx, table, upto=upto)
-    return df if df is not None else ctx.spark.createDataFrame([], table.spark_schema())
+    return df if df is not None else ctx.lake.empty(table)
 
 
 def _warehouse(ctx: JobContext, table: Table) -> DataFrame:
-    if ctx.lake.exists(table):
-        return ctx.lake.read(table)
-    return ctx.spark.createDataFrame([], table.spark_schema())
+    return ctx.lake.read_or_empty(table)
 
 
 def arrived_sources(files: list[str]) -> set[str]:

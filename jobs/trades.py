@@ -382,7 +382,7 @@ def candidate_records(
 def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:
     """A warehouse table (or, with `scope`, a staging table's rows up to this micro-batch); empty if absent."""
     if not ctx.lake.exists(table):
-        return ctx.spark.createDataFrame([], table.spark_schema())
+        return ctx.lake.empty(table)
     return scope.staged(ctx, table, upto=True) if scope else ctx.lake.read(table)
 
 
@@ -426,7 +426,7 @@ def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str,
 
 def _spark_table(ctx: JobContext, table: Table, data: pa.Table) -> DataFrame:
     if data.num_rows == 0:
-        return ctx.spark.createDataFrame([], table.spark_schema())
+        return ctx.lake.empty(table)
     return ctx.spark.createDataFrame(data)
 
 

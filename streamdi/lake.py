@@ -159,13 +159,23 @@ class Lake:
         spark = self._spark()
         files = self._delta(table, version).file_uris()
         if not files:
-            return spark.createDataFrame([], table.spark_schema())
+            return self.empty(table)
         return (
             spark.read.schema(table.spark_schema())
             .option("basePath", str(self.path(table)))
             .parquet(*files)
             .select(*table.column_names)
         )
+
+    def empty(self, table: Table) -> DataFrame:
+        """An empty DataFrame with the table's columns, built from literals: `createDataFrame([])` would make a
+        Python RDD, and running it starts Python workers."""
+        fields = table.spark_schema().fields
+        return self._spark().range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in fields])
+
+    def read_or_empty(self, table: Table) -> DataFrame:
+        """`read` of the latest snapshot, or `empty` when the table does not exist yet."""
+        return self.read(table) if self.exists(table) else self.empty(table)
 
     def read_arrow(self, table: Table, version: int | None = None) -> pa.Table:
         """The snapshot as an Arrow table, sorted by the declared order (for small tables and tests)."""
