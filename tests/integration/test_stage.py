@@ -193,3 +193,33 @@ def test_official_values_keep_their_exact_text(spark):
     )
     rows, _ = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / "BatchDate.txt")), src.BATCH_DATE)
     assert rows.first().batchdate == dt.date(2017, 7, 7)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "expected"),
+    [
+        ("yyyy-MM-dd", "2012-02-29", dt.date(2012, 2, 29)),
+        ("yyyy-MM-dd", "2013-02-29", None),
+        ("yyyy-MM-dd", "2012-1-05", None),
+        ("yyyy-MM-dd", "2012-01-05 ", None),
+        ("yyyy-MM-dd", "2012-01-05T00:00", None),
+        ("yyyy-MM-dd HH:mm:ss", "2012-01-05 23:59:59", dt.datetime(2012, 1, 5, 23, 59, 59)),
+        ("yyyy-MM-dd HH:mm:ss", "2012-01-05 24:00:00", None),
+        ("yyyy-MM-dd HH:mm:ss", "2012-01-05 10:11:12.5", None),
+        ("yyyy-MM-dd HH:mm:ss", "2012-01-05T10:11:12", None),
+        ("yyyyMMdd", "20120229", dt.date(2012, 2, 29)),
+        ("yyyyMMdd", "20121301", None),
+        ("yyyyMMdd", "2012015", None),
+        ("yyyyMMdd-HHmmss", "20120105-101112", dt.datetime(2012, 1, 5, 10, 11, 12)),
+        ("yyyyMMdd-HHmmss", "20120105-106012", None),
+        ("yyyyMMdd-HHmmss", "20120105 101112", None),
+    ],
+)
+def test_datetime_fields_parse_exactly_their_pattern(spark, fmt, text, expected):
+    from pyspark.sql import functions as F
+
+    from jobs.stage import _parse_datetime
+
+    logical = "timestamp" if "HH" in fmt else "date"
+    row = spark.createDataFrame([(text,)], "raw string").select(_parse_datetime(F.col("raw"), logical, fmt)).first()
+    assert row[0] == expected

@@ -12,11 +12,12 @@ import shutil
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from builders import SHARED_SAMPLE, write_landing_file
 
-from jobs.stage import nondelimited_source_for_file, parse_finwire, read_lines, source_for_file
+from jobs.stage import nondelimited_source_for_file, parse_finwire, read_actions, read_lines, source_for_file
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchLog
 from streamdi.collector import collect
@@ -269,6 +270,26 @@ def test_official_sample_stages_finwire_and_xml_without_rejects(staged_sample):
     assert _rows(ctx, REJECTS, batch_id=1) == []
     sec = _rows(ctx, FINWIRE_TABLES["SEC"], line_no=615)[0]
     assert (sec["source_file"], sec["source_batch"], sec["cik"]) == ("Batch1/FINWIRE2000Q1", 1, "0000000492")
+
+
+@needs_sample
+def test_action_numbers_follow_the_file_even_when_asked_for_small_splits(spark):
+    """`action_seq` is the action's position in the file. The expected order comes from Python's own XML
+    parser; the read is asked for 8 KB splits (the XML reader reads a file whole, as one split, anyway)."""
+    path = OFFICIAL / "CustomerMgmt.xml"
+    expected = [
+        (i, action.get("ActionType"), action.find("Customer").get("C_ID"))
+        for i, action in enumerate(ElementTree.parse(path).getroot(), start=1)
+    ]
+    key = "spark.sql.files.maxPartitionBytes"
+    previous = spark.conf.get(key)
+    spark.conf.set(key, str(8 * 1024))
+    try:
+        rows = read_actions(spark, str(path)).select("action_seq", "action._ActionType", "action.Customer._C_ID")
+        rows = rows.collect()
+    finally:
+        spark.conf.set(key, previous)
+    assert sorted(tuple(r) for r in rows) == expected
 
 
 def _without_nulls(row: dict) -> dict:
