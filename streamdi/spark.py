@@ -51,6 +51,9 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
         # the whole parse of a staged file in the driver, interpreted, on one thread (measured: FINWIRE at SF 3,
         # 40 MB, 13-16 s of "optimization"). Small micro-batches still stay local.
         .config("spark.sql.execution.arrow.localRelationThreshold", str(256 * 1024))
+        # A micro-batch compiles ~235 generated classes; the default cache of 100 evicted them before the next
+        # micro-batch could reuse them (measured at SF 3: 235 -> ~30 compilations, 18.0 s -> 15.7 s per micro-batch).
+        .config("spark.sql.codegen.cache.maxEntries", "1000")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
