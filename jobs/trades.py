@@ -400,6 +400,15 @@ def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
     return False
 
 
+def _staged_before(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...]) -> bool:
+    """Whether a micro-batch before this one committed rows to any of the staging `tables` (commit log only)."""
+    return any(
+        c.txn_version is not None and c.txn_version < scope.batch_id and c.operation != "CREATE TABLE"
+        for t in tables
+        for c in _history(ctx, t)
+    )
+
+
 def _history(ctx: JobContext, table: Table):
     return ctx.lake.history(table) if ctx.lake.exists(table) else []
 
@@ -451,7 +460,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         _changed_keys(ctx, scope, wh.DIM_ACCOUNT, "accountid", "t_ca_id"),
         _changed_keys(ctx, scope, wh.DIM_SECURITY, "symbol", "t_s_symb"),
     )
-    candidates = candidate_records(records, scope.batch_id, held, *changed)
+    # the pre-filter only pays when earlier micro-batches staged trades (else every record is a candidate)
+    earlier = _staged_before(ctx, scope, sources)
+    candidates = candidate_records(records, scope.batch_id, held, *changed) if earlier else records
     states = touched_trades(trade_states(candidates, trade_types), scope.batch_id, holds_df, *changed)
     built = build_trades(
         states, _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT), _read(ctx, wh.STATUS_TYPE), trade_types
