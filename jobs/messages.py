@@ -46,6 +46,7 @@ from schemas import warehouse as wh
 from schemas.model import Table
 from schemas.warehouse import DI_MESSAGES
 from streamdi.context import JobContext
+from streamdi.spark import literal_frame
 
 ALERT = "Alert"
 STATUS = "Status"
@@ -131,8 +132,8 @@ def validation_counts(spark: SparkSession, tables: Mapping[str, DataFrame | None
 
     def count(source: str, text: str, df: DataFrame | None, where: Column | None = None) -> DataFrame:
         if df is None:
-            return spark.createDataFrame(
-                [(source, text, "0")], "messagesource string, messagetext string, messagedata string"
+            return literal_frame(
+                spark, [(source, text, "0")], "messagesource string, messagetext string, messagedata string"
             )
         rows = df if where is None else df.where(where)
         return rows.agg(F.count(F.lit(1)).cast("string").alias("messagedata")).select(
@@ -148,7 +149,7 @@ def validation_counts(spark: SparkSession, tables: Mapping[str, DataFrame | None
 def validation_rows(counts: DataFrame, batchids: Sequence[int]) -> DataFrame:
     """Validation messages (DImessages columns without `messagedateandtime`) of `counts` for every batch."""
     spark = counts.sparkSession
-    batches = spark.createDataFrame([(b,) for b in sorted(batchids)], "batchid int")
+    batches = literal_frame(spark, [(b,) for b in sorted(batchids)], "batchid int")
     return batches.crossJoin(counts).select(
         F.col("batchid"),
         F.col("messagesource"),
@@ -162,7 +163,8 @@ def validation_rows(counts: DataFrame, batchids: Sequence[int]) -> DataFrame:
 def phase_complete_rows(spark: SparkSession, batchids: Sequence[int]) -> DataFrame:
     """One phase complete record per batch (DImessages columns without `messagedateandtime`)."""
     rows = [(b, PHASE_COMPLETE_SOURCE, PHASE_COMPLETE_TEXT, PCR, None, PHASE_COMPLETE_TEXT) for b in sorted(batchids)]
-    return spark.createDataFrame(
+    return literal_frame(
+        spark,
         rows,
         "batchid int, messagesource string, messagetext string, messagetype string, messagedata string, "
         "messagekey string",
@@ -204,7 +206,7 @@ def batch_messages_counted(
     if not batches:
         return None
     rows = [(source, text, str(counts[(source, text)])) for source, text in VALIDATION_MESSAGES]
-    figures = spark.createDataFrame(rows, "messagesource string, messagetext string, messagedata string")
+    figures = literal_frame(spark, rows, "messagesource string, messagetext string, messagedata string")
     parts = [validation_rows(figures, batches), phase_complete_rows(spark, batches)]
     if 1 in batches:
         parts.append(validation_rows(validation_counts(spark, {}), [INITIAL_BATCH]))

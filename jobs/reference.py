@@ -25,6 +25,7 @@ from schemas import sources as src
 from schemas import warehouse as wh
 from schemas.model import SourceFile, Table
 from streamdi.context import JobContext
+from streamdi.spark import literal_frame
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def build_brokers(hr: DataFrame, first_day: DataFrame) -> DataFrame:
 def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
     """Upsert the batch's staged reference rows into the warehouse tables (one commit per table)."""
     batch_id = scope.batch_id
-    arrival = ctx.spark.createDataFrame(sorted(scope.file_seq.items()), "source_file string, file_seq int")
+    arrival = literal_frame(ctx.spark, sorted(scope.file_seq.items()), "source_file string, file_seq int")
     rows: dict[str, int] = {}
     committed: dict[str, bool] = {}
     for source, target in REFERENCE_FEEDS:

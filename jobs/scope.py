@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from schemas import sources as src
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.spark import literal_frame
 
 
 @dataclass(frozen=True)
@@ -61,18 +62,8 @@ class BatchScope:
         return df.where(cond)
 
     def dates_frame(self, ctx: JobContext) -> DataFrame:
-        """`source_batch int, batchdate date` for every TPC-DI batch whose date is known.
-
-        Built from literals, not from a Python list: `createDataFrame` of local rows starts Python workers."""
-        rows = [
-            F.struct(F.lit(b).cast("int").alias("source_batch"), F.lit(d).cast("date").alias("batchdate"))
-            for b, d in sorted(self.batch_dates.items())
-        ]
-        if not rows:
-            return ctx.spark.range(0).select(
-                F.lit(None).cast("int").alias("source_batch"), F.lit(None).cast("date").alias("batchdate")
-            )
-        return ctx.spark.range(1).select(F.inline(F.array(*rows)))
+        """`source_batch int, batchdate date` for every TPC-DI batch whose date is known."""
+        return literal_frame(ctx.spark, sorted(self.batch_dates.items()), "source_batch int, batchdate date")
 
 
 def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:

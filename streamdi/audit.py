@@ -58,6 +58,7 @@ from schemas import warehouse as wh
 from schemas.audit import NOT_COUNTED
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.spark import literal_frame
 
 OK = "ok"
 FAILED = "failed"
@@ -451,7 +452,7 @@ class _Audit:
     def window_frame(self) -> DataFrame:
         first1 = self.windows.get(1, (None, None))[0]
         rows = [(b, first, last, first1) for b, (first, last) in sorted(self.windows.items())]
-        return self.ctx.spark.createDataFrame(rows, "batchid int, firstday date, lastday date, batch1_firstday date")
+        return literal_frame(self.ctx.spark, rows, "batchid int, firstday date, lastday date, batch1_firstday date")
 
     def figure(self, terms: Sequence[Term], batches: Iterable[int] | None = None) -> Expected:
         return self.figures.expected(terms, self.batches if batches is None else batches)

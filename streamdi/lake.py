@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 
 from schemas.model import Table
 from streamdi.faults import fault_point
+from streamdi.spark import literal_frame
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +169,8 @@ class Lake:
         )
 
     def empty(self, table: Table) -> DataFrame:
-        """An empty DataFrame with the table's columns, built from literals: `createDataFrame([])` would make a
-        Python RDD, and running it starts Python workers."""
-        fields = table.spark_schema().fields
-        return self._spark().range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in fields])
+        """An empty DataFrame with the table's columns (`literal_frame`: no Python workers)."""
+        return literal_frame(self._spark(), [], table.spark_schema())
 
     def read_or_empty(self, table: Table) -> DataFrame:
         """`read` of the latest snapshot, or `empty` when the table does not exist yet."""

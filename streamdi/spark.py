@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from streamdi.java import find_java
 from streamdi.settings import Settings
@@ -63,3 +66,18 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def literal_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: str | T.StructType) -> DataFrame:
+    """A small DataFrame of `rows` (tuples in the order of `schema`, a DDL string or a StructType), built from
+    literals in the JVM. `createDataFrame` of a Python list makes a Python RDD, and running it starts Python
+    workers (a second or more the first time in a process)."""
+    struct = schema if isinstance(schema, T.StructType) else T.DataType.fromDDL(schema)
+    fields = struct.fields
+    if not rows:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in fields])
+    structs = [
+        F.struct(*[F.lit(value).cast(f.dataType).alias(f.name) for value, f in zip(row, fields, strict=True)])
+        for row in rows
+    ]
+    return spark.range(1).select(F.inline(F.array(*structs)))
