@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import logging
 import re
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,6 +60,7 @@ from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
 
 log = logging.getLogger(__name__)
+T_ = TypeVar("T_")
 
 _INTEGER = r"^[+-]?[0-9]+$"
 _DECIMAL = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
@@ -496,7 +502,9 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
     The files of one source are parsed together in one Spark job (FINWIRE: one job per record type for all
-    quarters; CustomerMgmt.xml: one read per file). Raises if the counts of a file do not reconcile (lines or
+    quarters; CustomerMgmt.xml: one read per file); two sources are parsed at a time while the previous one is
+    committed (`_overlapped`), and the commits follow a fixed order (delimited sources by name, FINWIRE,
+    CustomerMgmt, rejects). Raises if the counts of a file do not reconcile (lines or
     actions read != staged + rejected), which would be a bug, not bad data.
     """
     report = StageReport(batch_id)
@@ -515,23 +523,20 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
             report.files.append(FileReport(bf.file, None, 0, 0, 0))
             continue
         by_source.setdefault(source.name, (source, []))[1].append(bf)
-    rejects: list[pa.Table] = []
+    # One parse per source, in a fixed order; each returns ([(staging table, rows)], rejected rows, counts).
+    parses: list[Callable[[], tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]]] = []
     for name in sorted(by_source):
         source, group = by_source[name]
-        staged, rejected, counts = stage_source(ctx, batch_id, source, group)
-        report.files.extend(counts)
-        ctx.lake.append(source.staging, staged, app_id=f"stage/{source.staging.name}", version=batch_id)
-        rejects.append(rejected)
+        parses.append(functools.partial(_parse_source, ctx, batch_id, source, group))
     if finwire:
-        tables, rejected, counts = stage_finwire(ctx, batch_id, finwire)
-        report.files.extend(counts)
-        for code, table in FINWIRE_TABLES.items():
-            ctx.lake.append(table, tables[code], app_id=f"stage/{table.name}", version=batch_id)
-        rejects.append(rejected)
+        parses.append(functools.partial(_parse_finwire, ctx, batch_id, finwire))
     if customer_mgmt:
-        staged, rejected, counts = stage_customer_mgmt(ctx, batch_id, customer_mgmt)
+        parses.append(functools.partial(_parse_customer_mgmt, ctx, batch_id, customer_mgmt))
+    rejects: list[pa.Table] = []
+    for tables, rejected, counts in _overlapped(parses):
         report.files.extend(counts)
-        ctx.lake.append(CUSTOMER_MGMT, staged, app_id=f"stage/{CUSTOMER_MGMT.name}", version=batch_id)
+        for table, rows in tables:
+            ctx.lake.append(table, rows, app_id=f"stage/{table.name}", version=batch_id)
         rejects.append(rejected)
     if rejects:
         ctx.lake.append(REJECTS, _concat(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
@@ -539,6 +544,49 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     arrival = {bf.file: i for i, bf in enumerate(files)}
     report.files.sort(key=lambda f: arrival[f.file])
     return report
+
+
+PARSES_IN_FLIGHT = 2
+
+
+def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
+    """The results of `parses`, in order, computed up to `PARSES_IN_FLIGHT` at a time in threads, so that one
+    source's driver work (splitting lines, Arrow transfers) and the caller's Delta commit of the previous source
+    overlap another source's Spark job. Commits stay in the caller's thread, in the fixed order; at most
+    `PARSES_IN_FLIGHT` + 1 parsed sources are held in memory."""
+    if len(parses) <= 1:
+        yield from (parse() for parse in parses)
+        return
+    with ThreadPoolExecutor(max_workers=PARSES_IN_FLIGHT, thread_name_prefix="stage") as pool:
+        todo = iter(parses)
+        running = deque(pool.submit(parse) for parse in itertools.islice(todo, PARSES_IN_FLIGHT))
+        while running:
+            result = running.popleft().result()
+            following = next(todo, None)
+            if following is not None:
+                running.append(pool.submit(following))
+            yield result
+
+
+def _parse_source(
+    ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]
+) -> tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]:
+    staged, rejected, counts = stage_source(ctx, batch_id, source, files)
+    return [(source.staging, staged)], rejected, counts
+
+
+def _parse_finwire(
+    ctx: JobContext, batch_id: int, files: list[BatchFile]
+) -> tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]:
+    tables, rejected, counts = stage_finwire(ctx, batch_id, files)
+    return [(table, tables[code]) for code, table in FINWIRE_TABLES.items()], rejected, counts
+
+
+def _parse_customer_mgmt(
+    ctx: JobContext, batch_id: int, files: list[BatchFile]
+) -> tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]:
+    staged, rejected, counts = stage_customer_mgmt(ctx, batch_id, files)
+    return [(CUSTOMER_MGMT, staged)], rejected, counts
 
 
 def stage_source(
