@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections import Counter
 
 ENV = "STREAMDI_FAULT_AT"
 _reached: Counter[str] = Counter()
+_counting = threading.Lock()  # steps may commit from two threads (T1 and T2)
 
 
 def fault_point(name: str) -> None:
@@ -25,6 +27,8 @@ def fault_point(name: str) -> None:
     point, _, nth = target.partition("#")
     if point != name:
         return
-    _reached[name] += 1
-    if not nth or _reached[name] == int(nth):
+    with _counting:
+        _reached[name] += 1
+        reached = _reached[name]
+    if not nth or reached == int(nth):
         os.kill(os.getpid(), signal.SIGKILL)

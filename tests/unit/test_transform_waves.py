@@ -1,0 +1,59 @@
+"""The transform's step graph: waves in dependency order, and the steps of one wave running at the same time."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from jobs import transform
+from jobs.transform import STEPS, Step, waves
+
+
+def test_the_declared_steps_run_in_four_waves_with_t1_and_t2_together():
+    assert [[s.name for s in wave] for wave in waves(STEPS)] == [["T0"], ["T1", "T2"], ["T3"], ["DM"]]
+
+
+def test_an_unsatisfiable_dependency_is_refused():
+    with pytest.raises(ValueError, match="unsatisfiable"):
+        waves((Step("A", lambda c, s: {}, after=("B",)), Step("B", lambda c, s: {}, after=("A",))))
+
+
+def test_steps_of_one_wave_run_at_the_same_time_and_waves_in_order(monkeypatch):
+    """T1 and T2 each wait at a barrier for the other: the run only ends if they overlap."""
+    barrier = threading.Barrier(2, timeout=10)
+    order: list[str] = []
+
+    def step(name: str, meet: bool):
+        def run(_ctx, _scope):
+            if meet:
+                barrier.wait()
+            order.append(name)
+            return {name: 1}
+
+        return run
+
+    fake = tuple(Step(s.name, step(s.name, s.name in ("T1", "T2")), s.after) for s in STEPS)
+    monkeypatch.setattr(transform, "STEPS", fake)
+    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
+    report = transform.run(None, 7)
+    assert order[0] == "T0" and sorted(order[1:3]) == ["T1", "T2"] and order[3:] == ["T3", "DM"]
+    assert report.rows == {"T0": 1, "T1": 1, "T2": 1, "T3": 1, "DM": 1}
+    assert list(report.seconds) == ["T0", "T1", "T2", "T3", "DM"]
+
+
+def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch):
+    ran: list[str] = []
+
+    def ok(name):
+        return lambda _c, _s: ran.append(name) or {}
+
+    def boom(_c, _s):
+        raise RuntimeError("T1 broke")
+
+    fake = tuple(Step(s.name, boom if s.name == "T1" else ok(s.name), s.after) for s in STEPS)
+    monkeypatch.setattr(transform, "STEPS", fake)
+    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
+    with pytest.raises(RuntimeError, match="T1 broke"):
+        transform.run(None, 7)
+    assert ran == ["T0", "T2"]  # T2 (same wave) finished; T3 and DM never started
