@@ -266,7 +266,11 @@ class Lake:
                 custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
             )
             fault_point("lake.before_commit")
-            if mode == "merge":
+            if mode == "merge" and not delta.get_add_actions().num_rows:
+                # nothing to match or delete in an empty table: the MERGE would insert every row, which an
+                # append does at a fraction of the cost (the first load of every table)
+                write_deltalake(delta, data, mode="append", commit_properties=props)
+            elif mode == "merge":
                 read_version = delta.version()
                 self._merge(delta, table, data, props, doomed)
                 if self._delta(table).version() == read_version:
