@@ -13,7 +13,9 @@ rebuilt whenever HR.csv or Date.txt rows arrive; until DimDate has rows, brokers
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Window
@@ -94,7 +96,10 @@ def build_brokers(hr: DataFrame, first_day: DataFrame) -> DataFrame:
 def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
     """Upsert the batch's staged reference rows into the warehouse tables (one commit per table)."""
     batch_id = scope.batch_id
-    arrival = literal_frame(ctx.spark, sorted(scope.file_seq.items()), "source_file string, file_seq int")
+    # built on first use: a micro-batch without reference files should not pay for it
+    arrival = functools.cache(
+        lambda: literal_frame(ctx.spark, sorted(scope.file_seq.items()), "source_file string, file_seq int")
+    )
     rows: dict[str, int] = {}
     committed: dict[str, bool] = {}
     for source, target in REFERENCE_FEEDS:
@@ -103,7 +108,7 @@ def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
         staged = scope.staged(ctx, source.staging)
         if staged is None or scope.committed(ctx, "T0", target):
             continue
-        result = build_reference_table(staged, target, arrival)
+        result = build_reference_table(staged, target, arrival())
         data = ctx.lake.to_arrow(target, result)
         if data.num_rows == 0:
             continue
@@ -115,7 +120,11 @@ def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
 
 
 def _run_brokers(
-    ctx: JobContext, scope: BatchScope, arrival: DataFrame, rows: dict[str, int], committed: dict[str, bool]
+    ctx: JobContext,
+    scope: BatchScope,
+    arrival: Callable[[], DataFrame],
+    rows: dict[str, int],
+    committed: dict[str, bool],
 ) -> None:
     if not scope.carries(src.HR.name, src.DATE_FILE.name):
         return
@@ -137,9 +146,8 @@ def _run_brokers(
         F.col("source_file").desc(),
         F.col("line_no").desc(),
     )
-    latest = (
-        hr_all.join(arrival, "source_file", "left").withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
-    )
+    ranked = hr_all.join(arrival(), "source_file", "left").withColumn("_n", F.row_number().over(order))
+    latest = ranked.where(F.col("_n") == 1)
     data = ctx.lake.to_arrow(wh.DIM_BROKER, build_brokers(latest, first_day))
     commit = ctx.lake.upsert(wh.DIM_BROKER, data, app_id=scope.app_id("T0", wh.DIM_BROKER), version=scope.batch_id)
     rows[wh.DIM_BROKER.name] = data.num_rows
