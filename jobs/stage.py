@@ -103,10 +103,11 @@ def nondelimited_source_for_file(file: str, source_batch: int = 1) -> str | None
 
 # Datetime patterns of the TPC-DI files, parsed as a shape check (regex) plus Spark's ISO cast, which is several
 # times faster than a pattern-driven parser and equally strict for these shapes: (shape, [(start, length) of the
-# ISO text's pieces], separators between them). Other patterns go through `to_date` / `to_timestamp`.
+# ISO text's pieces, none when the text already is ISO], separators between them). Other patterns go through
+# `to_date` / `to_timestamp`.
 _ISO_DATETIME: dict[str, tuple[str, tuple[tuple[int, int], ...], tuple[str, ...]]] = {
-    "yyyy-MM-dd": (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", ((1, 10),), ()),
-    "yyyy-MM-dd HH:mm:ss": (r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$", ((1, 19),), ()),
+    "yyyy-MM-dd": (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", (), ()),
+    "yyyy-MM-dd HH:mm:ss": (r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$", (), ()),
     "yyyyMMdd": (r"^[0-9]{8}$", ((1, 4), (5, 2), (7, 2)), ("-", "-")),
     "yyyyMMdd-HHmmss": (
         r"^[0-9]{8}-[0-9]{6}$",
@@ -121,9 +122,9 @@ def _parse_datetime(raw: Column, logical: str, fmt: str) -> Column:
     if fmt not in _ISO_DATETIME:
         return F.to_date(raw, fmt) if logical == "date" else F.to_timestamp(raw, fmt)
     shape, pieces, separators = _ISO_DATETIME[fmt]
-    parts = [F.substring(raw, start, length) for start, length in pieces]
-    iso = parts[0]
-    if separators:
+    iso = raw
+    if pieces:
+        parts = [F.substring(raw, start, length) for start, length in pieces]
         pieces_and_separators = [parts[0]]
         for separator, part in zip(separators, parts[1:], strict=True):
             pieces_and_separators += [F.lit(separator), part]
@@ -192,7 +193,7 @@ class _Checks:
 
     @functools.cached_property
     def _problems(self) -> Column:
-        all_good = F.col(f"_good{0}")
+        all_good = F.col("_good0")
         for i in range(1, len(self.goods)):
             all_good = all_good & F.col(f"_good{i}")
         return F.when(all_good, F.lit("")).otherwise(F.concat_ws("; ", *self.problems)).alias("_problems")
@@ -498,6 +499,9 @@ def _is_audit(file: str) -> bool:
     return fnmatch.fnmatchcase(PurePosixPath(file).name, AUDIT_PATTERN)
 
 
+Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(staging table, rows)], rejects, counts)
+
+
 def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
@@ -524,14 +528,14 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
             continue
         by_source.setdefault(source.name, (source, []))[1].append(bf)
     # One parse per source, in a fixed order; each returns ([(staging table, rows)], rejected rows, counts).
-    parses: list[Callable[[], tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]]] = []
+    parses: list[Callable[[], Parsed]] = []
     for name in sorted(by_source):
         source, group = by_source[name]
-        parses.append(functools.partial(_parse_source, ctx, batch_id, source, group))
+        parses.append(functools.partial(stage_source, ctx, batch_id, source, group))
     if finwire:
-        parses.append(functools.partial(_parse_finwire, ctx, batch_id, finwire))
+        parses.append(functools.partial(stage_finwire, ctx, batch_id, finwire))
     if customer_mgmt:
-        parses.append(functools.partial(_parse_customer_mgmt, ctx, batch_id, customer_mgmt))
+        parses.append(functools.partial(stage_customer_mgmt, ctx, batch_id, customer_mgmt))
     rejects: list[pa.Table] = []
     for tables, rejected, counts in _overlapped(parses):
         report.files.extend(counts)
@@ -568,37 +572,14 @@ def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
             yield result
 
 
-def _parse_source(
-    ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]
-) -> tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]:
-    staged, rejected, counts = stage_source(ctx, batch_id, source, files)
-    return [(source.staging, staged)], rejected, counts
-
-
-def _parse_finwire(
-    ctx: JobContext, batch_id: int, files: list[BatchFile]
-) -> tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]:
-    tables, rejected, counts = stage_finwire(ctx, batch_id, files)
-    return [(table, tables[code]) for code, table in FINWIRE_TABLES.items()], rejected, counts
-
-
-def _parse_customer_mgmt(
-    ctx: JobContext, batch_id: int, files: list[BatchFile]
-) -> tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]:
-    staged, rejected, counts = stage_customer_mgmt(ctx, batch_id, files)
-    return [(CUSTOMER_MGMT, staged)], rejected, counts
-
-
-def stage_source(
-    ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]
-) -> tuple[pa.Table, pa.Table, list[FileReport]]:
-    """Parse all `files` of one source: (staged rows, rejected rows, per-file counts)."""
+def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
+    """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
     lines, read = _landing_lines(ctx, files)
     checked = _with_batch(_collect(check_lines(ctx.spark.createDataFrame(lines), source)), batch_id, source.name)
     good = pc.equal(checked["reason"], "")
     staged = checked.filter(good).select(source.staging.column_names)
     rejected = checked.filter(pc.invert(good)).select(REJECTS.column_names)
-    return staged, rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
+    return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
 
 
 def _collect(checked: DataFrame) -> pa.Table:
@@ -644,10 +625,9 @@ def _reconcile(
     return counts
 
 
-def stage_finwire(
-    ctx: JobContext, batch_id: int, files: list[BatchFile]
-) -> tuple[dict[str, pa.Table], pa.Table, list[FileReport]]:
-    """Parse all FINWIRE `files` of a batch: ({CMP/SEC/FIN: staged rows}, rejected rows, per-file counts)."""
+def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
+    """Parse all FINWIRE `files` of a batch: ([(CMP/SEC/FIN staging table, staged rows)], rejected rows, per-file
+    counts)."""
     lines, read = _landing_lines(ctx, files)
     checked, other = check_finwire(ctx.spark.createDataFrame(lines))
     staged, rejected = {}, [_with_batch(other.toArrow(), batch_id, FINWIRE).select(REJECTS.column_names)]
@@ -657,13 +637,13 @@ def stage_finwire(
         staged[code] = rows.filter(good).select(FINWIRE_TABLES[code].column_names)
         rejected.append(rows.filter(pc.invert(good)).select(REJECTS.column_names))
     rejects = _concat(rejected, REJECTS)
-    return staged, rejects, _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
+    counts = _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
+    return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
 
 
-def stage_customer_mgmt(
-    ctx: JobContext, batch_id: int, files: list[BatchFile]
-) -> tuple[pa.Table, pa.Table, list[FileReport]]:
-    """Parse CustomerMgmt.xml `files`: (staged actions, rejected actions, per-file counts); `read` counts the
+def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
+    """Parse CustomerMgmt.xml `files`: ([(its staging table, staged actions)], rejected actions, per-file counts);
+    `read` counts the
     actions the XML reader returned (an unparseable stretch of XML counts as one rejected action)."""
     staged, rejected, read = [], [], []
     for bf in files:
@@ -682,7 +662,8 @@ def stage_customer_mgmt(
         )
         rejected.append(bad.select(REJECTS.column_names))
     staged_rows, rejects = _concat(staged, CUSTOMER_MGMT), _concat(rejected, REJECTS)
-    return staged_rows, rejects, _reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
+    counts = _reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
+    return [(CUSTOMER_MGMT, staged_rows)], rejects, counts
 
 
 def _concat(parts: list[pa.Table], table: Table) -> pa.Table:

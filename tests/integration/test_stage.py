@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from builders import SHARED_SAMPLE, source_line, write_landing_file
+from pyspark.sql import functions as F
 
-from jobs.stage import parse_delimited, read_lines, source_for_file
+from jobs.stage import _parse_datetime, parse_delimited, read_lines, source_for_file
 from schemas import sources as src
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchLog
@@ -216,10 +217,6 @@ def test_official_values_keep_their_exact_text(spark):
     ],
 )
 def test_datetime_fields_parse_exactly_their_pattern(spark, fmt, text, expected):
-    from pyspark.sql import functions as F
-
-    from jobs.stage import _parse_datetime
-
     logical = "timestamp" if "HH" in fmt else "date"
     row = spark.createDataFrame([(text,)], "raw string").select(_parse_datetime(F.col("raw"), logical, fmt)).first()
     assert row[0] == expected
