@@ -65,7 +65,7 @@ def _keep_marker(pgdata: Path) -> Path:
 _LOG_TAIL_LINES = 40
 
 # Servers this process has registered with, by pgdata; the cached URL is reused while the postmaster lives.
-_started: dict[Path, tuple[PostgresServer, str]] = {}
+_started: dict[Path, tuple[PostgresServer, dict[str, str]]] = {}  # pgdata -> (server, database -> URL)
 
 
 def ensure_server(settings: Settings) -> str:
@@ -78,7 +78,11 @@ def ensure_server(settings: Settings) -> str:
     pgdata = settings.pgdata.resolve()
     cached = _started.get(pgdata)
     if cached is not None and _postmaster_running(pgdata):
-        return cached[1]
+        server, urls = cached
+        if settings.pg_database not in urls:  # same server, another database
+            _ensure_database(server, settings.pg_database)
+            urls[settings.pg_database] = server.get_uri(database=settings.pg_database)
+        return urls[settings.pg_database]
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     with PostgresServer._lock:
@@ -107,7 +111,7 @@ def ensure_server(settings: Settings) -> str:
     log.info("embedded PostgreSQL is running (pid %s, socket dir %s)", info.pid, info.socket_dir)
     _ensure_database(server, settings.pg_database)
     url = server.get_uri(database=settings.pg_database)
-    _started[pgdata] = (server, url)
+    _started[pgdata] = (server, {settings.pg_database: url})
     return url
 
 

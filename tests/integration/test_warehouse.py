@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import psutil
+import psycopg
 import psycopg.errors
 import pyarrow as pa
 import pytest
@@ -136,6 +137,20 @@ needs_embedded = pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason
 
 
 # -- embedded server and roles --------------------------------------------------------------------------
+
+
+@needs_embedded
+def test_one_process_gets_each_database_it_asks_for_on_the_same_embedded_server(settings, warehouse):
+    other = settings.model_copy(update={"pg_database": "streamdi_second"})
+
+    first = embedded_pg.ensure_server(settings)
+    second = embedded_pg.ensure_server(other)
+
+    with psycopg.connect(first) as conn:
+        assert conn.execute("SELECT current_database()").fetchone()[0] == settings.pg_database
+    with psycopg.connect(second) as conn:
+        assert conn.execute("SELECT current_database()").fetchone()[0] == "streamdi_second"
+    assert embedded_pg.ensure_server(settings) == first
 
 
 @needs_embedded
