@@ -1,5 +1,14 @@
 """The migrator: moves committed warehouse changes from Delta into PostgreSQL `dw.*`, exactly once.
 
+Two ways in, one migration unit each (one PostgreSQL transaction):
+- push: `migrate_batch(lake, warehouse, b)` is the dataflow's "migrate" stage (run right after batch b's
+  transform); `streamdi migrate [--every S]` runs `migrate_pending` once or on an interval;
+- pull: `streamdi query --fresh` runs `migrate_pending` right before its query.
+`migrate_pending` takes every batch whose transform is done (a prefix of the batch log) and that is not yet
+visible, and lands them all in one transaction (catch-up). Units always make a prefix of the batches visible,
+each with its `streamdi.batch_metrics` row, so a batch already made visible one way is a cheap no-op for the
+other: `migrate_batch` returns after one query when the newest visible batch is not older than it.
+
 For each warehouse table it reads the Delta change feed from the version after the last one recorded in
 `streamdi.migration_ledger`, reduces it to the net change per key (last change wins, in commit order), and
 hands all tables to `Warehouse.apply_changes`, which applies them and writes the ledger in ONE PostgreSQL
@@ -13,16 +22,25 @@ in order while they belong to batches <= b, whatever else has been committed sin
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.model import Table
+from schemas.platform import BATCH_EVENTS, BATCH_FILES
 from schemas.warehouse import WAREHOUSE_TABLES
+from streamdi.batchlog import DONE, BatchLog
 from streamdi.faults import fault_point
 from streamdi.lake import CommitInfo, Lake
+
+if TYPE_CHECKING:
+    from streamdi.warehouse import Warehouse
 
 log = logging.getLogger(__name__)
 
@@ -53,49 +71,199 @@ def net_changes(changes: pa.Table, table: Table) -> tuple[pa.Table, pa.Table]:
     if effective.num_rows == 0:
         empty = table.arrow_schema().empty_table()
         return empty, empty.select(key)
-    counted = effective.group_by([*key, "_commit_version"]).aggregate([("_change_type", "count")])
-    if pc.max(counted["_change_type_count"]).as_py() > 1:
+    # Sorted by key then commit, a key's changes are adjacent and its last change is the last of its run.
+    # Only the key and commit columns are reordered; the kept rows are then selected in feed order with a
+    # mask (no copy at all when every row is kept, as in a first load).
+    sort_keys = [*key, "_commit_version"]
+    order = pc.sort_indices(effective.select(sort_keys), sort_keys=[(c, "ascending") for c in sort_keys])
+    ordered = effective.select(sort_keys).take(order)
+    same_key_as_next = _equal_to_next(ordered, key)
+    same_commit_as_next = _equal_to_next(ordered, ["_commit_version"])
+    if pc.any(pc.and_(same_key_as_next, same_commit_as_next)).as_py():
         raise ValueError(f"{table.qualified_name}: a commit changes the same key more than once")
-    numbered = effective.append_column("_pos", pa.array(range(effective.num_rows), pa.int64()))
-    ordered = numbered.sort_by([(c, "ascending") for c in key] + [("_commit_version", "ascending")])
-    # "last" is an ordered aggregation: with one thread it takes the last row of each key in sorted order.
-    last_pos = ordered.group_by(key, use_threads=False).aggregate([("_pos", "last")])["_pos_last"]
-    last = numbered.filter(pc.is_in(numbered["_pos"], value_set=last_pos))
+    is_last = pa.concat_arrays([pc.invert(same_key_as_next), pa.array([True])])
+    if pc.all(is_last).as_py():
+        last = effective
+    else:
+        keep = np.zeros(effective.num_rows, dtype=bool)
+        keep[order.filter(is_last).to_numpy()] = True
+        last = effective.filter(pa.array(keep))
     is_delete = pc.equal(last["_change_type"], "delete")
-    order = [(c, "ascending") for c in (table.order_by or table.key)]
-    upserts = last.filter(pc.invert(is_delete)).select(table.column_names).sort_by(order)
-    deletes = last.filter(is_delete).select(key).sort_by([(c, "ascending") for c in key])
+    if pc.any(is_delete).as_py():
+        upserts = last.filter(pc.invert(is_delete)).select(table.column_names)
+        deletes = last.filter(is_delete).select(key)
+    else:
+        upserts = last.select(table.column_names)
+        deletes = last.select(key).slice(0, 0)
     return upserts.cast(table.arrow_schema()), deletes
+
+
+def _equal_to_next(data: pa.Table, columns: list[str]) -> pa.Array:
+    """Row i: whether row i equals row i+1 in every one of `columns` (length num_rows - 1; NULL is unequal)."""
+    n = data.num_rows
+    equal = pa.array([True] * (n - 1), pa.bool_())
+    for name in columns:
+        column = data[name].combine_chunks() if data[name].num_chunks != 1 else data[name].chunk(0)
+        same = pc.fill_null(pc.equal(column.slice(0, n - 1), column.slice(1)), False)
+        equal = pc.and_(equal, same)
+    return equal
+
+
+def rows_per_batch(changes: pa.Table, history: list[CommitInfo]) -> dict[int, int]:
+    """Change rows (inserts, update post-images, deletes) of a change feed per batch of the commit that made them.
+    Rows of commits that carry no app transaction belong to no batch and are not counted."""
+    batch_of = {c.table_version: c.txn_version for c in history if c.txn_version is not None}
+    effective = changes.filter(pc.not_equal(changes["_change_type"], "update_preimage"))
+    counts: dict[int, int] = {}
+    for entry in effective["_commit_version"].value_counts().to_pylist():
+        batch = batch_of.get(entry["values"])
+        if batch is not None:
+            counts[batch] = counts.get(batch, 0) + entry["counts"]
+    return counts
 
 
 @dataclass(frozen=True)
 class MigrationReport:
-    batch_id: int
-    tables: dict[str, int]  # rows applied per table (0 for tables already migrated)
-    versions: dict[str, int]
+    """What one migration unit did. `batches` are the micro-batches it made visible (empty: nothing to do, or
+    already visible); `tables` the rows applied per table; `versions` the Delta version each table is migrated
+    up to afterwards (tables absent from the lake are left out)."""
+
+    batches: tuple[int, ...] = ()
+    tables: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(self.tables.values())
 
 
 def migrate_batch(
-    lake: Lake, warehouse, batch_id: int, tables: tuple[Table, ...] = WAREHOUSE_TABLES
+    lake: Lake, warehouse: Warehouse, batch_id: int, tables: tuple[Table, ...] = WAREHOUSE_TABLES, *, mode: str = "push"
 ) -> MigrationReport:
-    """Migrate every table's committed changes up to `batch_id` in one PostgreSQL transaction."""
-    from streamdi.warehouse import TableChange
+    """Make batch `batch_id` visible in PostgreSQL: every table's committed changes up to it, plus every earlier
+    batch not yet visible, in ONE transaction. A no-op (one query) when the batch is already visible.
 
+    The caller guarantees that the batch's transform is done (the dataflow runs this stage after it)."""
+    visible, versions = warehouse.migration_state()
+    if visible is not None and visible >= batch_id:
+        # batches become visible in order (every unit is a prefix), so this one is there whole
+        log.info("batch %s is already visible in PostgreSQL (up to %s); nothing to migrate", batch_id, visible)
+        return MigrationReport()
+    return _migrate_upto(lake, warehouse, batch_id, tables, mode, visible or 0, versions, _read_batch_log(lake))
+
+
+def pending_batches(lake: Lake, warehouse: Warehouse) -> list[int]:
+    """Batches committed in Delta (transform done, with every earlier batch) and not yet visible, oldest first."""
+    visible, _ = warehouse.migration_state()
+    return _pending(_read_batch_log(lake), visible or 0)
+
+
+def migrate_pending(
+    lake: Lake, warehouse: Warehouse, tables: tuple[Table, ...] = WAREHOUSE_TABLES, *, mode: str = "pull"
+) -> MigrationReport:
+    """Make every committed-but-not-visible batch visible, all in ONE transaction (one migration unit)."""
+    visible, versions = warehouse.migration_state()
+    batch_log = _read_batch_log(lake)
+    batches = _pending(batch_log, visible or 0)
+    if not batches:
+        return MigrationReport()
+    return _migrate_upto(lake, warehouse, batches[-1], tables, mode, visible or 0, versions, batch_log)
+
+
+@dataclass(frozen=True)
+class _BatchLogView:
+    """What the migrator needs from the batch log: each batch's arrival (its last file) and, for batches whose
+    transform is done, when it was marked done (all of the batch's Delta commits are in by then)."""
+
+    arrived: dict[int, dt.datetime]
+    transformed: dict[int, dt.datetime]
+
+
+def _read_batch_log(lake: Lake) -> _BatchLogView:
+    # Only the needed columns of the two batch log tables (a read per migration; the batch log grows).
+    if not (lake.exists(BATCH_FILES) and lake.exists(BATCH_EVENTS)):
+        return _BatchLogView({}, {})
+    arrived = _batch_times(lake.read_columns(BATCH_FILES, ["batch_id", "arrived_at"]), "arrived_at")
+    events = lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state", "at"])
+    events = events.filter(pc.equal(events["stage"], "transform")).sort_by(
+        [("batch_id", "ascending"), ("at", "ascending")]
+    )
+    latest: dict[int, tuple[str, dt.datetime]] = {}
+    for batch_id, state, at in zip(
+        events["batch_id"].to_pylist(), events["state"].to_pylist(), events["at"].to_pylist(), strict=True
+    ):
+        latest[batch_id] = (state, at)  # the latest event is the stage's state, as in BatchLog.states
+    transformed = {b: at for b, (state, at) in latest.items() if state == DONE}
+    return _BatchLogView(arrived, transformed)
+
+
+def _pending(batch_log: _BatchLogView, visible: int) -> list[int]:
+    ready = []
+    for batch_id in sorted(batch_log.arrived):
+        if batch_id not in batch_log.transformed:
+            break  # batches commit in order; a later batch cannot be complete before this one
+        if batch_id > visible:
+            ready.append(batch_id)
+    return ready
+
+
+def _migrate_upto(
+    lake: Lake,
+    warehouse: Warehouse,
+    upto: int,
+    tables: tuple[Table, ...],
+    mode: str,
+    visible: int,
+    done_versions: dict[str, int],
+    batch_log: _BatchLogView,
+) -> MigrationReport:
+    from streamdi.warehouse import BatchMetric, TableChange
+
+    started = time.perf_counter()
     changes = []
     versions: dict[str, int] = {}
+    rows: dict[int, int] = {}
     for table in tables:
         if not lake.exists(table):
             continue
-        done = warehouse.last_migrated_version(table.name)
-        after = done if done is not None else 0
-        target = target_version(lake.history(table), after, batch_id)
+        after = done_versions.get(table.name, 0)
+        history = lake.history(table)
+        target = target_version(history, after, upto)
         versions[table.name] = target
         if target <= after:
             continue
-        upserts, deletes = net_changes(lake.changes(table, after + 1, target), table)
-        changes.append(
-            TableChange(table=table, delta_version=target, batch_id=batch_id, upserts=upserts, deletes=deletes)
-        )
+        feed = lake.changes(table, after + 1, target)
+        for batch_id, n in rows_per_batch(feed, history).items():
+            rows[batch_id] = rows.get(batch_id, 0) + n
+        upserts, deletes = net_changes(feed, table)
+        changes.append(TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes))
+    # The unit makes visible every batch of the log in (visible, upto], and `upto` itself.
+    unit = sorted({b for b in batch_log.arrived if visible < b <= upto} | {upto})
+    metrics = [BatchMetric(b, batch_log.arrived.get(b), batch_log.transformed.get(b), rows.get(b, 0)) for b in unit]
     fault_point("migrate.before_apply")
-    applied = warehouse.apply_changes(changes) if changes else {}
-    return MigrationReport(batch_id=batch_id, tables=applied, versions=versions)
+    applied = warehouse.apply_changes(changes, batches=metrics, mode=mode)
+    report = MigrationReport(
+        batches=tuple(unit), tables=applied, versions=versions, seconds=time.perf_counter() - started
+    )
+    log.info("migrated batches %s (%s) in %.3fs: %s", report.batches, mode, report.seconds, applied)
+    return report
+
+
+def _batch_times(data: pa.Table, column: str) -> dict[int, dt.datetime]:
+    """The latest `column` per batch_id (a batch arrived with its last file)."""
+    if data.num_rows == 0:
+        return {}
+    latest = data.group_by("batch_id").aggregate([(column, "max")])
+    return dict(zip(latest["batch_id"].to_pylist(), latest[f"{column}_max"].to_pylist(), strict=True))
+
+
+def mark_migrated(lake: Lake, report: MigrationReport, *, now: dt.datetime) -> None:
+    """Record in the batch log that the batches a push or pull made visible are migrated, so the dataflow's
+    migrate stage for them is done (it would be a no-op anyway). Marks are idempotent; a crash before this
+    leaves the stage pending, and the dataflow's no-op run marks it."""
+    if not report.batches:
+        return
+    batch_log = BatchLog(lake)
+    for batch_id in report.batches:
+        batch_log.mark(batch_id, "migrate", DONE, now=now, detail={"by": "migrate_pending"})

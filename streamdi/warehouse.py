@@ -3,11 +3,15 @@
 The migrator hands this module the net changes of warehouse tables (`TableChange`, as Arrow tables read
 from the Delta change feed); `Warehouse.apply_changes` lands all of them in one PostgreSQL transaction
 (COPY into temp tables, delete, upsert, ledger row), so a batch is visible entirely or not at all and a
-replay is a no-op. Reports and the CLI read through `Warehouse.query` as the read-only role.
+replay is a no-op. Reports and the CLI read through `Warehouse.query` as the read-only role;
+`Warehouse.read_snapshot` runs a query in one read-only snapshot together with the newest visible batch, so the
+staleness it reports is the staleness of exactly the rows it returns.
 
 This is the only module that imports psycopg. Objects it owns:
 - schema `dw`: one table per declared warehouse table (`schemas.model.Table`, DDL from `create_table_sql`);
-- schema `streamdi`: `migration_ledger`, one row per (table, Delta version) migrated;
+- schema `streamdi`: `migration_ledger`, one row per (table, Delta version) migrated, and `batch_metrics`, one
+  row per micro-batch made visible (arrival, Delta commit and visible times, rows), written in the same
+  transaction as the batch's data: a reader that sees a batch's metrics row sees all of its data;
 - roles `streamdi_loader` (writes dw and streamdi) and `streamdi_reader` (reads them, writes nothing).
 
 Connection: `settings.database_url` when set, else the embedded server (`streamdi.embedded_pg`). On the
@@ -19,8 +23,10 @@ are read-only (`default_transaction_read_only`).
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +52,7 @@ READER_ROLE = "streamdi_reader"
 SCHEMA_BY_LAYER = {"warehouse": "dw"}
 PLATFORM_SCHEMA = "streamdi"
 LEDGER_TABLE = f"{PLATFORM_SCHEMA}.migration_ledger"
+METRICS_TABLE = f"{PLATFORM_SCHEMA}.batch_metrics"
 
 # Rows per COPY chunk: bounds the memory of the CSV serialization, not the transaction size.
 COPY_CHUNK_ROWS = 10_000
@@ -59,6 +66,16 @@ _LEDGER_DDL = f"""CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
     started_at timestamptz NOT NULL,
     committed_at timestamptz NOT NULL,
     PRIMARY KEY (table_name, delta_version)
+);"""
+
+_METRICS_DDL = f"""CREATE TABLE IF NOT EXISTS {METRICS_TABLE} (
+    batch_id bigint PRIMARY KEY,
+    arrived_at timestamptz,
+    delta_committed_at timestamptz,
+    visible_at timestamptz NOT NULL,
+    rows bigint NOT NULL,
+    unit_last_batch bigint NOT NULL,
+    mode text NOT NULL
 );"""
 
 _PG_TYPES = {
@@ -93,6 +110,30 @@ class TableChange:
     batch_id: int
     upserts: pa.Table
     deletes: pa.Table
+
+
+@dataclass(frozen=True)
+class BatchMetric:
+    """A micro-batch a migration makes visible: when its last file arrived, when its Delta commits were done
+    (the batch log's transform mark), and how many change rows its commits carry over all warehouse tables."""
+
+    batch_id: int
+    arrived_at: dt.datetime | None
+    delta_committed_at: dt.datetime | None
+    rows: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A query's result and what it saw: the newest visible batch and its staleness (snapshot time minus that
+    batch's arrival), both read in the same snapshot as the rows. `seconds` is the query's run time."""
+
+    columns: list[str]
+    rows: list[tuple]
+    newest_batch: int | None
+    newest_arrived_at: dt.datetime | None
+    staleness_seconds: float | None
+    seconds: float
 
 
 def pg_type(logical: str) -> str:
@@ -151,6 +192,7 @@ class Warehouse:
         self.dedicated_roles = dedicated_roles
         self._manage_roles = manage_roles
         self._passwords = passwords
+        self._ensured: set[str] | None = None  # table names this handle has created or checked
 
     # -- connections ---------------------------------------------------------------------------------
 
@@ -200,8 +242,11 @@ class Warehouse:
         ledger and one table (with its indexes) per declared table.
 
         Raises WarehouseSchemaError, creating nothing, when an existing table's columns, types,
-        nullability or primary key differ from the declaration."""
+        nullability or primary key differ from the declaration. A handle checks each table once: later
+        calls with tables it already ensured return at once (the migrator calls this before every batch)."""
         tables = list(tables)
+        if self._ensured is not None and all(t.name in self._ensured for t in tables):
+            return
         with self.connect("admin") as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.ensure_objects'))")
             problems = [p for t in tables for p in _drift(conn, t)]
@@ -211,12 +256,14 @@ class Warehouse:
                 )
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS dw; CREATE SCHEMA IF NOT EXISTS {PLATFORM_SCHEMA};")
             conn.execute(_LEDGER_DDL)
+            conn.execute(_METRICS_DDL)
             for table in tables:
                 conn.execute(create_table_sql(table))
             if self._manage_roles:
                 self._ensure_roles(conn)
             if self.dedicated_roles:
                 self._grant(conn)
+        self._ensured = (self._ensured or set()) | {t.name for t in tables}
         log.info("warehouse objects ensured (%d declared tables)", len(tables))
 
     def _ensure_roles(self, conn: psycopg.Connection) -> None:
@@ -253,14 +300,18 @@ class Warehouse:
 
     # -- migration -----------------------------------------------------------------------------------
 
-    def apply_changes(self, changes: Sequence[TableChange]) -> dict[str, int]:
+    def apply_changes(
+        self, changes: Sequence[TableChange], batches: Sequence[BatchMetric] = (), mode: str = "push"
+    ) -> dict[str, int]:
         """Apply all `changes` in ONE transaction as the loader role and return rows applied per table
-        (upserted + deleted; 0 for a skipped change).
+        (upserted + deleted; 0 for a skipped change). `batches` are the micro-batches this migration unit
+        makes visible: each gets its `batch_metrics` row (`visible_at` = the clock right before COMMIT,
+        `mode` = push or pull) in the same transaction; a batch that already has one keeps it.
 
-        Guarantees: either every change and its ledger row is committed, or nothing is (a crash at any
-        point leaves the previous state). A change whose table already has a ledger row with
-        delta_version >= its delta_version is skipped, so replaying a list is a no-op. Concurrent callers
-        serialize on an advisory lock. Values round-trip exactly (NULL vs empty string, decimals,
+        Guarantees: either every change, its ledger row and the batches' metrics rows are committed, or
+        nothing is (a crash at any point leaves the previous state). A change whose table already has a ledger
+        row with delta_version >= its delta_version is skipped, so replaying a list is a no-op. Concurrent
+        callers serialize on an advisory lock. Values round-trip exactly (NULL vs empty string, decimals,
         timestamps as wall-clock values, `time` text)."""
         for change in changes:
             _check_change(change)
@@ -270,6 +321,8 @@ class Warehouse:
             for n, change in enumerate(changes):
                 name = change.table.name
                 applied[name] = applied.get(name, 0) + _apply_one(conn, change, n)
+            if batches:
+                _record_batches(conn, batches, mode)
             fault_point("pg.before_commit")
             conn.commit()
         return applied
@@ -278,6 +331,63 @@ class Warehouse:
         """The highest Delta version of `table_name` recorded in the ledger, None if never migrated."""
         _, rows = self.query(f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (table_name,))
         return rows[0][0]
+
+    def migrated_versions(self) -> dict[str, int]:
+        """The highest migrated Delta version of every table in the ledger (one query)."""
+        _, rows = self.query(f"SELECT table_name, max(delta_version) FROM {LEDGER_TABLE} GROUP BY table_name")
+        return dict(rows)
+
+    def migration_state(self) -> tuple[int | None, dict[str, int]]:
+        """`(last_visible_batch(), migrated_versions())` read in one round trip."""
+        with self.connect("reader") as conn:
+            visible = conn.execute(f"SELECT max(batch_id) FROM {METRICS_TABLE}").fetchone()[0]
+            versions = conn.execute(
+                f"SELECT table_name, max(delta_version) FROM {LEDGER_TABLE} GROUP BY table_name"
+            ).fetchall()
+        return visible, dict(versions)
+
+    def last_visible_batch(self) -> int | None:
+        """The newest micro-batch visible in PostgreSQL (per `batch_metrics`), None if none is."""
+        _, rows = self.query(f"SELECT max(batch_id) FROM {METRICS_TABLE}")
+        return rows[0][0]
+
+    def batch_visible(self, batch_id: int) -> bool:
+        """Whether `batch_id` is visible (its metrics row, hence all of its data, is committed)."""
+        _, rows = self.query(f"SELECT EXISTS (SELECT 1 FROM {METRICS_TABLE} WHERE batch_id = %s)", (batch_id,))
+        return bool(rows[0][0])
+
+    def batch_metrics(self) -> list[dict[str, Any]]:
+        """All `batch_metrics` rows, oldest batch first."""
+        columns, rows = self.query(f"SELECT * FROM {METRICS_TABLE} ORDER BY batch_id")
+        return [dict(zip(columns, row, strict=True)) for row in rows]
+
+    def read_snapshot(self, statement: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Snapshot:
+        """Run one read-only statement as the reader, in a REPEATABLE READ transaction that first reads the
+        newest visible batch: the rows and the staleness (snapshot time minus the newest visible batch's
+        arrival) describe the same snapshot."""
+        with self.connect("reader") as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            newest = conn.execute(
+                f"""SELECT m.batch_id, m.arrived_at, extract(epoch FROM statement_timestamp() - m.arrived_at)
+                    FROM (SELECT max(batch_id) AS b FROM {METRICS_TABLE}) AS top
+                    LEFT JOIN {METRICS_TABLE} AS m ON m.batch_id = top.b"""
+            ).fetchone()
+            started = time.perf_counter()
+            with conn.cursor() as cur:
+                cur.execute(statement, params)
+                columns = [d.name for d in cur.description] if cur.description else []
+                rows = cur.fetchall() if cur.description else []
+            seconds = time.perf_counter() - started
+        batch_id, arrived_at, staleness = newest
+        return Snapshot(
+            columns=columns,
+            rows=rows,
+            newest_batch=batch_id,
+            newest_arrived_at=arrived_at,
+            staleness_seconds=float(staleness) if staleness is not None else None,
+            seconds=seconds,
+        )
 
     def ledger(self) -> list[dict[str, Any]]:
         """All ledger rows, oldest commit first (ties by table name and version)."""
@@ -423,6 +533,40 @@ def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
         return 0
     started_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]
 
+    if _is_empty(conn, target):
+        # First load of a table (e.g. Batch1): upserts are net (one row per key), nothing can conflict and
+        # nothing is there to delete, so COPY straight into the table -- no temporary table, no second pass.
+        _copy_arrow(conn, target, _as_declared(change.upserts, table), fault_name="pg.during_copy")
+        fault_point("pg.after_copy")
+        upserted, deleted = change.upserts.num_rows, 0
+    else:
+        upserted, deleted = _upsert_via_temp(conn, change, target, n)
+
+    conn.execute(
+        f"""INSERT INTO {LEDGER_TABLE}
+            (table_name, delta_version, batch_id, rows_upserted, rows_deleted, started_at, committed_at)
+            VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())""",
+        (table.name, change.delta_version, change.batch_id, upserted, deleted, started_at),
+    )
+    log.info(
+        "%s: Delta version %s (batch %s): %d upserted, %d deleted",
+        table.name,
+        change.delta_version,
+        change.batch_id,
+        upserted,
+        deleted,
+    )
+    return upserted + deleted
+
+
+def _is_empty(conn: psycopg.Connection, target: sql.Composable) -> bool:
+    return conn.execute(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(target)).fetchone()[0]
+
+
+def _upsert_via_temp(conn: psycopg.Connection, change: TableChange, target: sql.Composable, n: int) -> tuple[int, int]:
+    """COPY the upserts (and deletes) into temporary tables, delete, then INSERT ... ON CONFLICT DO UPDATE.
+    Returns (rows upserted, rows deleted)."""
+    table = change.table
     upserts_tmp = sql.Identifier(f"streamdi_upserts_{n}")
     deletes_tmp = sql.Identifier(f"streamdi_deletes_{n}")
     columns = sql.SQL(", ").join(map(sql.Identifier, table.column_names))
@@ -457,22 +601,20 @@ def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
             target, columns, columns, upserts_tmp, key, on_conflict
         )
     ).rowcount
+    return upserted, deleted
 
-    conn.execute(
-        f"""INSERT INTO {LEDGER_TABLE}
-            (table_name, delta_version, batch_id, rows_upserted, rows_deleted, started_at, committed_at)
-            VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())""",
-        (table.name, change.delta_version, change.batch_id, upserted, deleted, started_at),
-    )
-    log.info(
-        "%s: Delta version %s (batch %s): %d upserted, %d deleted",
-        table.name,
-        change.delta_version,
-        change.batch_id,
-        upserted,
-        deleted,
-    )
-    return upserted + deleted
+
+def _record_batches(conn: psycopg.Connection, batches: Sequence[BatchMetric], mode: str) -> None:
+    """The `batch_metrics` rows of a migration unit, the transaction's last statement before COMMIT."""
+    visible_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    unit_last = max(b.batch_id for b in batches)
+    with conn.cursor() as cur:
+        cur.executemany(
+            f"""INSERT INTO {METRICS_TABLE}
+                (batch_id, arrived_at, delta_committed_at, visible_at, rows, unit_last_batch, mode)
+                VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING""",
+            [(b.batch_id, b.arrived_at, b.delta_committed_at, visible_at, b.rows, unit_last, mode) for b in batches],
+        )
 
 
 def _as_declared(data: pa.Table, table: Table) -> pa.Table:
@@ -491,11 +633,11 @@ def _as_declared(data: pa.Table, table: Table) -> pa.Table:
     return pa.table(columns, names=data.column_names)
 
 
-def _copy_arrow(conn: psycopg.Connection, tmp: sql.Identifier, data: pa.Table, fault_name: str | None = None) -> None:
-    """Stream `data` into `tmp` as CSV. Arrow quotes every string value and writes NULL as an empty
+def _copy_arrow(conn: psycopg.Connection, table: sql.Composable, data: pa.Table, fault_name: str | None = None) -> None:
+    """Stream `data` into `table` as CSV. Arrow quotes every string value and writes NULL as an empty
     unquoted field; PostgreSQL's CSV format reads exactly that as '' vs NULL."""
     copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-        tmp, sql.SQL(", ").join(map(sql.Identifier, data.column_names))
+        table, sql.SQL(", ").join(map(sql.Identifier, data.column_names))
     )
     options = pacsv.WriteOptions(include_header=False)
     with conn.cursor() as cur, cur.copy(copy) as pg_copy:

@@ -7,7 +7,7 @@ import pytest
 
 from schemas.model import Column, Table
 from streamdi.lake import CommitInfo
-from streamdi.migrator import net_changes, target_version
+from streamdi.migrator import net_changes, rows_per_batch, target_version
 
 T = Table("t", "warehouse", (Column("id", "int", False), Column("v", "string")), key=("id",), order_by=("id",))
 
@@ -72,3 +72,87 @@ def test_two_changes_of_one_key_in_one_commit_are_refused():
 def test_empty_feed_gives_empty_changes():
     upserts, deletes = net_changes(cdf([(1, "a", "update_preimage", 1)]), T)
     assert (upserts.num_rows, deletes.num_rows, deletes.column_names) == (0, 0, ["id"])
+
+
+PAIR = Table(
+    "pair",
+    "warehouse",
+    (Column("a", "int", False), Column("b", "string", False), Column("v", "string")),
+    key=("a", "b"),
+    order_by=("a", "b"),
+)
+
+
+def test_composite_keys_over_several_chunks_keep_each_keys_last_change():
+    schema = pa.schema(
+        [
+            pa.field("a", pa.int32()),
+            pa.field("b", pa.large_string()),
+            pa.field("v", pa.large_string()),
+            pa.field("_change_type", pa.string()),
+            pa.field("_commit_version", pa.int64()),
+        ]
+    )
+    chunk1 = pa.table(
+        {
+            "a": [1, 1, 2],
+            "b": ["x", "y", "x"],
+            "v": ["1x", "1y", "2x"],
+            "_change_type": ["insert"] * 3,
+            "_commit_version": [1, 1, 1],
+        },
+        schema=schema,
+    )
+    chunk2 = pa.table(
+        {
+            "a": [1, 2, 1, 1],
+            "b": ["x", "x", "x", "y"],
+            "v": ["1x", "2x", "1x'", "1y"],
+            "_change_type": ["update_preimage", "delete", "update_postimage", "delete"],
+            "_commit_version": [2, 2, 2, 3],
+        },
+        schema=schema,
+    )
+    chunk3 = pa.table(
+        {"a": [1], "b": ["y"], "v": ["1y again"], "_change_type": ["insert"], "_commit_version": [4]}, schema=schema
+    )
+    feed = pa.concat_tables([chunk1, chunk2, chunk3])
+    assert feed["a"].num_chunks == 3
+
+    upserts, deletes = net_changes(feed, PAIR)
+
+    assert sorted(upserts.to_pylist(), key=lambda r: (r["a"], r["b"])) == [
+        {"a": 1, "b": "x", "v": "1x'"},
+        {"a": 1, "b": "y", "v": "1y again"},
+    ]
+    assert deletes.to_pylist() == [{"a": 2, "b": "x"}]
+
+
+def test_the_same_composite_key_twice_in_one_commit_is_refused_but_equal_parts_are_not_enough():
+    feed = pa.table(
+        {
+            "a": pa.array([1, 1, 1], pa.int32()),
+            "b": ["x", "y", "x"],
+            "v": ["p", "q", "r"],
+            "_change_type": ["insert"] * 3,
+            "_commit_version": pa.array([1, 1, 1], pa.int64()),
+        }
+    )
+    with pytest.raises(ValueError, match="changes the same key more than once"):
+        net_changes(feed, PAIR)
+    upserts, _ = net_changes(feed.slice(0, 2), PAIR)
+    assert upserts.num_rows == 2
+
+
+def test_rows_per_batch_counts_every_change_but_preimages_by_the_batch_of_its_commit():
+    changes = cdf(
+        [
+            (1, "a", "insert", 1),
+            (2, "b", "insert", 1),
+            (1, "a", "update_preimage", 2),
+            (1, "a2", "update_postimage", 2),
+            (3, "c", "insert", 3),  # table version 3 is OPTIMIZE: no batch
+            (2, "b", "delete", 4),
+        ]
+    )
+    assert rows_per_batch(changes, HISTORY) == {1: 2, 2: 1, 3: 1}
