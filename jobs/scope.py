@@ -36,6 +36,7 @@ class BatchScope:
     newly_dated: tuple[int, ...] = ()  # TPC-DI batches whose BatchDate was staged by this micro-batch
     file_seq: dict[str, int] = field(default_factory=dict)  # landing file -> position in the micro-batch
     sources: frozenset[str] = frozenset()  # declared sources of its files (`Trade_CDC`, `FINWIRE`, ...)
+    skipped: frozenset[int] = frozenset()  # earlier micro-batches an operator skipped: their staged rows never count
 
     def carries(self, *names: str) -> bool:
         """True when the micro-batch has a file of one of these sources (a step with nothing new can skip)."""
@@ -53,12 +54,14 @@ class BatchScope:
         return done is not None and done >= self.batch_id
 
     def staged(self, ctx: JobContext, table: Table, *, upto: bool = False) -> DataFrame | None:
-        """This micro-batch's rows of a staging table (every micro-batch up to it with `upto`); None if the
-        table does not exist yet."""
+        """This micro-batch's rows of a staging table (every micro-batch up to it with `upto`, except the skipped
+        ones); None if the table does not exist yet."""
         if not ctx.lake.exists(table):
             return None
         df = ctx.lake.read(table)
         cond = F.col("batch_id") <= self.batch_id if upto else F.col("batch_id") == self.batch_id
+        if upto and self.skipped:
+            cond = cond & ~F.col("batch_id").isin(*sorted(self.skipped))
         return df.where(cond)
 
     def dates_frame(self, ctx: JobContext) -> DataFrame:
@@ -70,7 +73,9 @@ def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
     """The scope of micro-batch `batch_id`, from the batch log and the staged BatchDate rows."""
     from streamdi.batchlog import BatchLog
 
-    files = BatchLog(ctx.lake).files(batch_id)
+    batch_log = BatchLog(ctx.lake)
+    files = batch_log.files(batch_id)
+    skipped = frozenset(b for b in batch_log.skipped_batches() if b < batch_id)
     dates: dict[int, dt.date] = {}
     newly: set[int] = set()
     table = src.BATCH_DATE.staging
@@ -78,7 +83,7 @@ def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
         rows = ctx.lake.read_arrow(table).to_pylist()
         known_before: set[int] = set()
         for r in sorted(rows, key=lambda r: (r["batch_id"], r["source_file"], r["line_no"])):
-            if r["batch_id"] > batch_id:
+            if r["batch_id"] > batch_id or r["batch_id"] in skipped:
                 continue
             dates[r["source_batch"]] = r["batchdate"]  # a redelivered BatchDate.txt: the latest one wins
             if r["batch_id"] < batch_id:
@@ -100,4 +105,5 @@ def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
         batch_dates=dates,
         newly_dated=tuple(sorted(newly)),
         file_seq={f.file: f.file_seq for f in files},
+        skipped=skipped,
     )

@@ -6,6 +6,11 @@ Every write carries an app transaction, so a crash between any two steps is repa
 
 Stages run in this order for every batch, and batch b+1 starts a stage only after batch b finished it:
 `stage` (parse into staging) -> `transform` (warehouse in Delta) -> `migrate` (PostgreSQL).
+
+A stage's state is its latest event: `done`; `halted` (a data-quality policy stopped it: nothing after it in
+that order runs until an operator acts); `resumed` (the operator let the halted stage run again; the policy
+that halted it then only warns for this batch); `skipped` (the operator dropped the batch: its remaining
+stages never run, later batches go on, and the transform steps ignore its staged rows).
 """
 
 from __future__ import annotations
@@ -22,6 +27,24 @@ from streamdi.lake import Lake
 
 STAGES: tuple[str, ...] = ("stage", "transform", "migrate")
 DONE = "done"
+HALTED = "halted"
+RESUMED = "resumed"
+SKIPPED = "skipped"
+FINISHED = (DONE, SKIPPED)  # states after which a stage never runs again
+
+
+class BatchLogError(ValueError):
+    """An operator action that does not fit the batch's state (e.g. resuming a batch that is not halted)."""
+
+
+@dataclass(frozen=True)
+class Halt:
+    """A halted stage: the batch, the stage, why (the policy's reason) and when."""
+
+    batch_id: int
+    stage: str
+    reason: str
+    at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -99,8 +122,20 @@ class BatchLog:
         return sorted(set(ids.to_pylist()))
 
     # --------------------------------------------------------------------------------------- states
-    def mark(self, batch_id: int, stage: str, state: str, *, now: dt.datetime, detail: dict | None = None) -> bool:
-        """Record that `stage` of `batch_id` reached `state` (once: a repeated mark is a no-op)."""
+    def mark(
+        self,
+        batch_id: int,
+        stage: str,
+        state: str,
+        *,
+        now: dt.datetime,
+        detail: dict | None = None,
+        occurrence: int | None = None,
+    ) -> bool:
+        """Record that `stage` of `batch_id` reached `state` (once: a repeated mark is a no-op).
+
+        `occurrence` numbers states that may recur (a stage halted, resumed, then halted again): each
+        (state, occurrence) is recorded once."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; stages are {STAGES}")
         row = {
@@ -113,8 +148,75 @@ class BatchLog:
         data = pa.Table.from_pylist([row], schema=BATCH_EVENTS.arrow_schema())
         # One app id per (batch, stage, state): marks of different batches never shadow each other, whatever
         # order they arrive in (an app id's check skips every version not newer than the last one).
-        app_id = f"event/{batch_id}/{stage}/{state}"
+        app_id = f"event/{batch_id}/{stage}/{state}" + (f"/{occurrence}" if occurrence is not None else "")
         return self.lake.append(BATCH_EVENTS, data, app_id=app_id, version=batch_id).committed
+
+    def _events(self, batch_id: int) -> list[dict]:
+        events = self.lake.read_arrow(BATCH_EVENTS)
+        return events.filter(pc.equal(events["batch_id"], batch_id)).to_pylist()  # sorted by (batch, at, stage)
+
+    def halt(self, batch_id: int, stage: str, reason: str, *, now: dt.datetime) -> bool:
+        """Halt `stage` of `batch_id`: it and everything after it wait for `resume` or `skip`.
+
+        Idempotent until the next resume: a retried halt (say, after a crash right after it) records nothing."""
+        resumes = sum(1 for e in self._events(batch_id) if e["stage"] == stage and e["state"] == RESUMED)
+        return self.mark(batch_id, stage, HALTED, now=now, detail={"reason": reason}, occurrence=resumes + 1)
+
+    def halted(self) -> list[Halt]:
+        """The stages halted now, oldest batch first (at most one can be reached, the others wait behind it)."""
+        latest: dict[tuple[int, str], dict] = {}
+        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():
+            latest[(r["batch_id"], r["stage"])] = r
+        out = []
+        for (batch_id, stage), r in sorted(latest.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))):
+            if r["state"] == HALTED:
+                reason = json.loads(r["detail"]).get("reason", "") if r["detail"] else ""
+                out.append(Halt(batch_id, stage, reason, r["at"]))
+        return out
+
+    def resume(self, batch_id: int, *, now: dt.datetime, note: str | None = None) -> str:
+        """Let the halted stage of `batch_id` run again (the policy that halted it only warns for this batch
+        from now on). Returns the stage. Raises BatchLogError when the batch is not halted."""
+        halt = next((h for h in self.halted() if h.batch_id == batch_id), None)
+        if halt is None:
+            raise BatchLogError(f"micro-batch {batch_id} is not halted; nothing to resume")
+        halts = sum(1 for e in self._events(batch_id) if e["stage"] == halt.stage and e["state"] == HALTED)
+        detail = {"halted_because": halt.reason, **({"note": note} if note else {})}
+        self.mark(batch_id, halt.stage, RESUMED, now=now, detail=detail, occurrence=halts)
+        return halt.stage
+
+    def resumes(self, batch_id: int, stage: str) -> int:
+        """How often an operator resumed `stage` of `batch_id` (0: never; its halting policies then only warn)."""
+        return sum(1 for e in self._events(batch_id) if e["stage"] == stage and e["state"] == RESUMED)
+
+    def was_resumed(self, batch_id: int, stage: str) -> bool:
+        """Whether an operator ever resumed `stage` of `batch_id` (its halting policies then only warn)."""
+        return self.resumes(batch_id, stage) > 0
+
+    def skip(self, batch_id: int, reason: str, *, now: dt.datetime) -> list[str]:
+        """Drop `batch_id`: every stage of it not done yet is skipped (never runs), so later batches go on; the
+        transform steps ignore its staged rows. Returns the stages skipped. Raises BatchLogError for an unknown
+        batch, an empty reason, or a batch whose stages are all done (it is in the warehouse already)."""
+        if not reason.strip():
+            raise BatchLogError("skipping a batch needs a reason (it is kept in the batch log)")
+        if batch_id not in self.batch_ids():
+            raise BatchLogError(f"micro-batch {batch_id} is not in the batch log")
+        states = self.states()
+        left = [s for s in STAGES if states.get((batch_id, s)) not in FINISHED]
+        if not left and all(states.get((batch_id, s)) == DONE for s in STAGES):
+            raise BatchLogError(f"micro-batch {batch_id} is done; its rows are in the warehouse and cannot be skipped")
+        if states.get((batch_id, "transform")) == DONE:
+            raise BatchLogError(
+                f"micro-batch {batch_id} is already transformed into the Delta warehouse; only its migration is left, "
+                "and skipping that would leave PostgreSQL behind Delta"
+            )
+        for stage in left:
+            self.mark(batch_id, stage, SKIPPED, now=now, detail={"reason": reason})
+        return left
+
+    def skipped_batches(self) -> frozenset[int]:
+        """Batches an operator dropped before their transform (their staged rows must not reach the warehouse)."""
+        return frozenset(b for (b, stage), state in self.states().items() if stage == "transform" and state == SKIPPED)
 
     def states(self) -> dict[tuple[int, str], str]:
         """Latest state per (batch, stage)."""
@@ -127,9 +229,18 @@ class BatchLog:
         return self.states().get((batch_id, stage)) == DONE
 
     def pending(self) -> list[tuple[int, str]]:
-        """What is left to do, in the order it must be done: (batch, stage) pairs, oldest batch first."""
+        """What is left to do, in the order it must be done: (batch, stage) pairs, oldest batch first. A halted
+        stage ends the list: nothing after it may run until it is resumed or its batch skipped."""
         states = self.states()
-        return [(b, stage) for b in self.batch_ids() for stage in STAGES if states.get((b, stage)) != DONE]
+        todo = []
+        for b in self.batch_ids():
+            for stage in STAGES:
+                state = states.get((b, stage))
+                if state == HALTED:
+                    return todo
+                if state not in FINISHED:
+                    todo.append((b, stage))
+        return todo
 
     def next_step(self) -> tuple[int, str] | None:
         """The next (batch, stage) to run, or None when everything registered is done."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from builders import deliver
 
-from streamdi.batchlog import BatchFile, BatchLog, LandedFile
+from streamdi.batchlog import BatchFile, BatchLog, BatchLogError, Halt, LandedFile
 from streamdi.collector import CollectResult, collect
 from streamdi.lake import Lake
 
@@ -118,7 +118,7 @@ def test_stages_run_in_order_and_a_repeated_mark_is_a_no_op(batch_log):
     batch_log.mark(1, "migrate", "halted", now=NOW, detail={"reason": "expectation failed"})
 
     assert batch_log.states() == {(1, "stage"): "done", (1, "transform"): "done", (1, "migrate"): "halted"}
-    assert batch_log.next_step() == (1, "migrate")
+    assert batch_log.next_step() is None  # a halted stage stops everything after it
     assert batch_log.summary() == [
         {
             "batch_id": 1,
@@ -340,3 +340,84 @@ def test_marks_of_an_earlier_batch_are_recorded_after_a_later_batch(batch_log):
     assert batch_log.mark(2, "stage", "done", now=NOW) is True
     assert batch_log.mark(1, "stage", "done", now=NOW) is True
     assert batch_log.is_done(1, "stage") and batch_log.is_done(2, "stage")
+
+
+# -- halted, resumed and skipped batches (data-quality policies and operator actions) ---------------------------
+
+LATER = datetime(2024, 7, 1, 10, 0, 0, tzinfo=UTC)
+
+
+def three_batches(batch_log: BatchLog) -> None:
+    for n in (1, 2, 3):
+        batch_log.register([landed(f"b{n}.txt", second=n)], now=NOW)
+
+
+def test_a_halted_stage_blocks_itself_and_every_later_step_until_resumed(batch_log):
+    three_batches(batch_log)
+    batch_log.mark(1, "stage", "done", now=NOW)
+    batch_log.mark(1, "transform", "done", now=NOW)
+    batch_log.mark(1, "migrate", "done", now=NOW)
+    batch_log.mark(2, "stage", "done", now=NOW)
+
+    assert batch_log.halt(2, "transform", "expect_column_values_to_be_between failed on dimtrade", now=NOW) is True
+
+    assert batch_log.pending() == []  # not batch 2's migrate, not batch 3
+    assert batch_log.halted() == [Halt(2, "transform", "expect_column_values_to_be_between failed on dimtrade", NOW)]
+    assert not batch_log.was_resumed(2, "transform")
+    # a retried halt (e.g. after a crash right after it) records nothing new
+    assert batch_log.halt(2, "transform", "expect_column_values_to_be_between failed on dimtrade", now=NOW) is False
+
+    assert batch_log.resume(2, now=LATER, note="bad prices confirmed by the broker") == "transform"
+
+    assert batch_log.halted() == []
+    assert batch_log.was_resumed(2, "transform")
+    assert batch_log.pending() == [(2, "transform"), (2, "migrate"), (3, "stage"), (3, "transform"), (3, "migrate")]
+    # halted again after the resume: a new halt is recorded, and a second resume is possible
+    assert batch_log.halt(2, "transform", "another failure", now=datetime(2024, 7, 1, 11, tzinfo=UTC)) is True
+    assert [h.reason for h in batch_log.halted()] == ["another failure"]
+    assert batch_log.resume(2, now=datetime(2024, 7, 1, 12, tzinfo=UTC)) == "transform"
+    assert batch_log.pending()[0] == (2, "transform")
+
+
+def test_resuming_a_batch_that_is_not_halted_is_refused(batch_log):
+    three_batches(batch_log)
+    with pytest.raises(BatchLogError, match="micro-batch 1 is not halted"):
+        batch_log.resume(1, now=NOW)
+
+
+def test_skipping_drops_the_rest_of_a_batch_and_lets_later_batches_run(batch_log):
+    three_batches(batch_log)
+    batch_log.mark(1, "stage", "done", now=NOW)
+    batch_log.halt(1, "transform", "unknown status codes", now=NOW)
+
+    with pytest.raises(BatchLogError, match="needs a reason"):
+        batch_log.skip(1, "  ", now=LATER)
+    assert batch_log.skip(1, "file resent as batch 3", now=LATER) == ["transform", "migrate"]
+
+    assert batch_log.halted() == []
+    assert batch_log.skipped_batches() == frozenset({1})
+    later = [(b, stage) for b in (2, 3) for stage in ("stage", "transform", "migrate")]
+    assert batch_log.pending() == later
+    assert batch_log.summary()[0] | {"arrived_at": None} == {
+        "batch_id": 1,
+        "files": 1,
+        "source_batches": [1],
+        "arrived_at": None,
+        "stage": "done",
+        "transform": "skipped",
+        "migrate": "skipped",
+    }
+    assert batch_log.skip(1, "again", now=LATER) == []  # already skipped: nothing new
+
+
+def test_a_transformed_or_unknown_batch_cannot_be_skipped(batch_log):
+    three_batches(batch_log)
+    for stage in ("stage", "transform"):
+        batch_log.mark(1, stage, "done", now=NOW)
+    with pytest.raises(BatchLogError, match="already transformed"):
+        batch_log.skip(1, "too late", now=LATER)
+    batch_log.mark(1, "migrate", "done", now=NOW)
+    with pytest.raises(BatchLogError, match="micro-batch 1 is done"):
+        batch_log.skip(1, "too late", now=LATER)
+    with pytest.raises(BatchLogError, match="micro-batch 9 is not in the batch log"):
+        batch_log.skip(9, "never arrived", now=LATER)
