@@ -46,6 +46,7 @@ from jobs import audit_figures
 from schemas import finwire as fw
 from schemas.model import Column as Declared
 from schemas.model import SourceFile, Table, decimal_precision
+from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.sources import (
     AUDIT_PATTERN,
     CUSTOMER_MGMT_ACTION,
@@ -56,6 +57,7 @@ from schemas.sources import (
     sources_for_batch,
 )
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
+from streamdi import quality
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
 
@@ -465,12 +467,24 @@ class FileReport:
     read: int
     staged: int
     rejected: int
+    quarantined: int = 0  # moved to quality.quarantine by a quarantine check
+    held: int = 0  # kept out because a halt check failed on its table (staged when the batch is resumed)
 
 
 @dataclass
 class StageReport:
     batch_id: int
     files: list[FileReport] = field(default_factory=list)
+    checks: list[quality.CheckOutcome] = field(default_factory=list)
+    halts: list[str] = field(default_factory=list)  # what halted the batch (empty: it goes on)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(f.quarantined for f in self.files)
+
+    @property
+    def held(self) -> int:
+        return sum(f.held for f in self.files)
 
     @property
     def read(self) -> int:
@@ -502,8 +516,13 @@ def _is_audit(file: str) -> bool:
 Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(staging table, rows)], rejects, counts)
 
 
-def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
+def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int = 0) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
+
+    Each staging table's rows are validated with its suite (`expectations/staging/`, `streamdi.quality`) before
+    the commit: quarantined rows go to `quality.quarantine` instead, and a failed halt check keeps the table's
+    rows out and is listed in `StageReport.halts` (the caller halts the batch). `attempt` is the number of
+    times an operator resumed this stage: from 1 on, halt checks only warn (`overridden`).
 
     The files of one source are parsed together in one Spark job (FINWIRE: one job per record type for all
     quarters; CustomerMgmt.xml: one read per file); two sources are parsed at a time while the previous one is
@@ -537,17 +556,67 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> StageReport:
     if customer_mgmt:
         parses.append(functools.partial(stage_customer_mgmt, ctx, batch_id, customer_mgmt))
     rejects: list[pa.Table] = []
+    quarantined: list[pa.Table] = []
+    results: list[pa.Table] = []
+    validator = quality.validator()
     for tables, rejected, counts in _overlapped(parses):
-        report.files.extend(counts)
         for table, rows in tables:
+            suite = validator.suite_for(table)
+            if suite is not None:
+                checked = validator.validate(suite, rows, batch_id, resumed=attempt > 0)
+                report.checks.extend(checked.outcomes)
+                report.halts.extend(o.describe(suite.name) for o in checked.halts)
+                results.append(checked.result_rows(batch_id, attempt))
+                quarantined.append(checked.quarantined)
+                kept = checked.kept.slice(0, 0) if checked.halts else checked.kept
+                _count_removed(counts, rows, kept, held=bool(checked.halts))
+                rows = kept
+                if checked.halts:
+                    continue  # the batch halts: these rows wait for the operator (resume re-stages them)
             ctx.lake.append(table, rows, app_id=f"stage/{table.name}", version=batch_id)
+        report.files.extend(counts)
         rejects.append(rejected)
     if rejects:
         ctx.lake.append(REJECTS, _concat(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
+    _commit_quality(ctx, batch_id, attempt, results, quarantined)
     audit_figures.stage(ctx, batch_id, files)  # expected counts of *_audit.csv files, for `streamdi audit`
     arrival = {bf.file: i for i, bf in enumerate(files)}
     report.files.sort(key=lambda f: arrival[f.file])
     return report
+
+
+def _count_removed(counts: list[FileReport], rows: pa.Table, kept: pa.Table, *, held: bool) -> None:
+    """Move the rows validation took out of `rows` from each file's staged count to quarantined (or held)."""
+    before = _per_file(rows)
+    after = _per_file(kept)
+    for report in counts:
+        removed = before.get(report.file, 0) - after.get(report.file, 0)
+        if removed:
+            report.staged -= removed
+            if held:
+                report.held += removed
+            else:
+                report.quarantined += removed
+
+
+def _per_file(rows: pa.Table) -> dict[str, int]:
+    if rows.num_rows == 0:
+        return {}
+    return {r["values"]: r["counts"] for r in rows["source_file"].value_counts().to_pylist()}
+
+
+def _commit_quality(
+    ctx: JobContext, batch_id: int, attempt: int, results: list[pa.Table], quarantined: list[pa.Table]
+) -> None:
+    """The suites' results and the quarantined rows of this micro-batch, once per attempt (a rerun of the same
+    attempt is skipped; quarantined rows are keyed, so a resumed attempt upserts the same rows again)."""
+    if results:
+        ctx.lake.append(
+            QUALITY_RESULTS, _concat(results, QUALITY_RESULTS), app_id=f"stage/quality/{attempt}", version=batch_id
+        )
+    rows = _concat(quarantined, QUARANTINE) if quarantined else None
+    if rows is not None and rows.num_rows:
+        ctx.lake.upsert(QUARANTINE, rows, app_id=f"stage/quarantine/{attempt}", version=batch_id)
 
 
 PARSES_IN_FLIGHT = 2

@@ -22,6 +22,13 @@ DEFAULTS: dict[str, dict[str, str]] = {
     "Industry": {"in_id": "AM", "in_name": "Aerospace & Defense", "in_sc_id": "CG"},
     "TaxRate": {"tx_id": "US1", "tx_name": "Bracket one", "tx_rate": "0.15000"},
     "BatchDate": {"batchdate": "2017-07-15"},
+    "Trade": dict(
+        zip(
+            [c.name for c in src.TRADE.columns],
+            "1|2017-07-03 09:30:00|CMPT|TMB|1|AAAA|100|20.00|7|Broker Name|20.10|1.00|2.00|0.50".split("|"),
+            strict=True,
+        )
+    ),
     "Date": dict(
         zip(
             [c.name for c in src.DATE_FILE.columns],

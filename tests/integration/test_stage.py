@@ -129,7 +129,16 @@ def test_stage_job_loads_good_lines_and_rejects_bad_ones(ctx: JobContext):
 
     detail = stage_job(ctx, batch_id)
 
-    assert detail == {"read": 6, "staged": 3, "rejected": 3, "audit_files": 1, "unknown_files": ["Batch1/Unknown.dat"]}
+    assert detail == {
+        "read": 6,
+        "staged": 3,
+        "rejected": 3,
+        "quarantined": 0,
+        "held": 0,
+        "checks": {"passed": 1},  # expectations/staging/taxrate.yml (Date.txt has no suite)
+        "audit_files": 1,
+        "unknown_files": ["Batch1/Unknown.dat"],
+    }
     taxes = ctx.lake.read_arrow(src.TAX_RATE.staging).to_pylist()
     assert [
         (r["tx_id"], r["tx_rate"], r["batch_id"], r["source_batch"], r["source_file"], r["line_no"]) for r in taxes

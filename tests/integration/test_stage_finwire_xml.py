@@ -7,6 +7,7 @@ types by a regular expression over the XML text, and literal values read off the
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import shutil
 from collections import Counter
@@ -18,6 +19,7 @@ import pytest
 from builders import SHARED_SAMPLE, write_landing_file
 
 from jobs.stage import nondelimited_source_for_file, parse_finwire, read_actions, read_lines, source_for_file
+from schemas.quality import QUALITY_RESULTS
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchLog
 from streamdi.collector import collect
@@ -261,7 +263,23 @@ def test_official_sample_stages_finwire_and_xml_without_rejects(staged_sample):
     expected_actions = _action_types(OFFICIAL / "CustomerMgmt.xml")
     assert expected_actions == Counter(NEW=64, ADDACCT=37, UPDACCT=22, UPDCUST=11, CLOSEACCT=12, INACT=4)
     total = sum(expected_fw.values()) + sum(expected_actions.values())
-    assert detail[1] == {"read": total, "staged": total, "rejected": 0, "audit_files": 1, "unknown_files": []}
+    assert detail[1] == {
+        "read": total,
+        "staged": total,
+        "rejected": 0,
+        "quarantined": 0,
+        "held": 0,
+        "checks": {"passed": 8, "warned": 1},
+        "audit_files": 1,
+        "unknown_files": [],
+    }
+    warned = [
+        (r["table_name"], r["check_id"], r["unexpected_count"], json.loads(r["detail"]).get("failing_values"))
+        for r in _rows(ctx, QUALITY_RESULTS, batch_id=1)
+        if r["action"] != "passed"
+    ]
+    # the official generator writes a few invalid ratings on purpose (T1 turns them into "Invalid SPRating" alerts)
+    assert warned == [("staging.finwire_cmp", "sp_rating_is_valid", 5, ["FZ", "ZyG", "DIq", "FrD", "ip"])]
     for code, table in FINWIRE_TABLES.items():
         assert len(_rows(ctx, table, batch_id=1)) == expected_fw[code]
     actions = _rows(ctx, CUSTOMER_MGMT, batch_id=1)
@@ -376,6 +394,9 @@ def test_bad_finwire_lines_and_actions_land_in_rejects(staged_sample):
         "read": len(BAD_FINWIRE) + 7,
         "staged": len(BAD_FINWIRE) - n_bad_fw + 2,
         "rejected": n_bad_fw + 5,
+        "quarantined": 0,
+        "held": 0,
+        "checks": {"passed": 9},
         "audit_files": 0,
         "unknown_files": [],
     }

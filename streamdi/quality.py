@@ -1,0 +1,412 @@
+"""Data quality: suites of Great Expectations checks per table, kept as data in `expectations/`, and the
+policies that decide what a failed check does to a batch.
+
+A suite is one YAML file per table (`expectations/<layer>/<table>.yml`, see `expectations/README.md`):
+
+    table: staging.trade
+    checks:
+      - id: status_is_known
+        expectation: expect_column_values_to_be_in_set     # any Great Expectations expectation type
+        kwargs: {column: t_st_id, value_set: [CMPT, SBMT, PNDG, CNCL]}
+        policy: quarantine                                 # warn | quarantine | halt
+        why: T_ST_ID is a StatusType code
+
+Policies: `warn` records the failure and goes on; `quarantine` moves the failing rows to
+`quality.quarantine` (with the checks they failed) and goes on with the rest (only for row-level
+expectations, which name the failing rows); `halt` keeps the table's rows out and halts the batch in the batch
+log (`streamdi batch resume K` lets it go on; the halting checks then only warn for that batch, action
+`overridden`).
+
+`load_suites` reads and checks every suite once (unknown expectation types, arguments, columns or policies
+are errors that name the file and the check). `Validator` builds the Great Expectations context, suites and
+validation definitions once per process and validates a table's rows with all its checks in one run. The rows
+arrive as Arrow (staging holds each parsed source in the driver before its commit) and are validated with
+Great Expectations' pandas engine: on a 1,000-row micro-batch its Spark engine costs seconds per suite (one or
+more Spark jobs per metric), this one about 0.1 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from schemas.model import Table
+from schemas.quality import QUALITY_RESULTS, QUARANTINE
+
+POLICIES = ("warn", "quarantine", "halt")
+EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
+# Arguments of Great Expectations expectations that name columns of the validated table.
+_COLUMN_ARGS = ("column", "column_A", "column_B")
+_COLUMN_LIST_ARGS = ("column_list",)
+MAX_DETAIL_VALUES = 20
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot be used (the message names the file and the check)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    expectation: str
+    kwargs: dict[str, Any]
+    policy: str
+    why: str = ""
+
+    @property
+    def column(self) -> str | None:
+        return self.kwargs.get("column")
+
+
+@dataclass(frozen=True)
+class Suite:
+    table: Table
+    checks: tuple[Check, ...]
+    key: tuple[str, ...]  # identifies a row in quarantine: the table's key, or (source_file, line_no) in staging
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.table.qualified_name
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def declared_tables() -> dict[str, Table]:
+    """Every table a suite may be about: staging and warehouse tables, by qualified name."""
+    from schemas import sources as src
+    from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES
+    from schemas.warehouse import WAREHOUSE_TABLES
+
+    tables = [s.staging for s in src.ALL_SOURCES] + [CUSTOMER_MGMT, *FINWIRE_TABLES.values(), *WAREHOUSE_TABLES]
+    return {t.qualified_name: t for t in tables}
+
+
+def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
+    """Every suite under `root` (`<layer>/<table>.yml`), checked against the declared tables and Great
+    Expectations' registry, by qualified table name. Raises SuiteError on the first problem."""
+    tables = declared_tables()
+    suites: dict[str, Suite] = {}
+    for path in sorted(root.glob("*/*.yml")):
+        suite = _load_suite(path, tables)
+        if suite.name in suites:
+            raise SuiteError(f"{path}: a second suite for {suite.name} (the first is {suites[suite.name].path})")
+        suites[suite.name] = suite
+    return suites
+
+
+def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
+    from great_expectations.expectations.registry import get_expectation_impl
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict) or "table" not in doc or "checks" not in doc:
+        raise SuiteError(f"{path}: a suite needs `table:` and `checks:`")
+    name = doc["table"]
+    if name not in tables:
+        raise SuiteError(f"{path}: unknown table {name!r}; declared tables are in schemas/")
+    table = tables[name]
+    expected_name = f"{table.layer}/{table.name}.yml"
+    if path.as_posix().rsplit("/", 2)[-2:] != expected_name.split("/"):
+        raise SuiteError(f"{path}: the suite of {name} belongs in expectations/{expected_name}")
+    key = tuple(doc.get("key") or (("source_file", "line_no") if table.layer == "staging" else table.key))
+    for column in key:
+        if column not in table.column_names:
+            raise SuiteError(f"{path}: key column {column!r} is not a column of {name}")
+    checks: list[Check] = []
+    for n, raw in enumerate(doc["checks"] or [], start=1):
+        where = f"{path}: check {n}" + (f" ({raw.get('id')})" if isinstance(raw, dict) and raw.get("id") else "")
+        if not isinstance(raw, dict):
+            raise SuiteError(f"{where}: a check is a mapping with id, expectation, kwargs and policy")
+        unknown = set(raw) - {"id", "expectation", "kwargs", "policy", "why"}
+        if unknown:
+            raise SuiteError(f"{where}: unknown fields {sorted(unknown)}")
+        check = Check(
+            id=str(raw.get("id") or ""),
+            expectation=str(raw.get("expectation") or ""),
+            kwargs=dict(raw.get("kwargs") or {}),
+            policy=str(raw.get("policy") or ""),
+            why=str(raw.get("why") or ""),
+        )
+        if not check.id:
+            raise SuiteError(f"{where}: needs an id")
+        if any(c.id == check.id for c in checks):
+            raise SuiteError(f"{where}: id {check.id!r} is used twice")
+        if check.policy not in POLICIES:
+            raise SuiteError(f"{where}: policy must be one of {', '.join(POLICIES)}, not {check.policy!r}")
+        try:
+            impl = get_expectation_impl(check.expectation)
+        except Exception:  # the registry raises its own error type for unknown names
+            raise SuiteError(f"{where}: {check.expectation!r} is not a Great Expectations expectation") from None
+        try:
+            impl(**check.kwargs)
+        except Exception as exc:
+            raise SuiteError(f"{where}: arguments do not fit {check.expectation}: {exc}") from None
+        for column in _columns(check.kwargs):
+            if column not in table.column_names:
+                raise SuiteError(f"{where}: {column!r} is not a column of {name}")
+        if check.policy == "quarantine" and not _row_level(impl):
+            raise SuiteError(
+                f"{where}: policy quarantine needs a row-level expectation (column values, column pairs or "
+                f"compound columns); {check.expectation} judges the table as a whole"
+            )
+        checks.append(check)
+    return Suite(table=table, checks=tuple(checks), key=key, path=path)
+
+
+def _columns(kwargs: dict[str, Any]) -> list[str]:
+    names = [kwargs[a] for a in _COLUMN_ARGS if a in kwargs]
+    for a in _COLUMN_LIST_ARGS:
+        names.extend(kwargs.get(a) or [])
+    return names
+
+
+def _row_level(impl: type) -> bool:
+    from great_expectations.expectations.expectation import (
+        ColumnMapExpectation,
+        ColumnPairMapExpectation,
+        MulticolumnMapExpectation,
+    )
+
+    return issubclass(impl, ColumnMapExpectation | ColumnPairMapExpectation | MulticolumnMapExpectation)
+
+
+# ------------------------------------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class CheckOutcome:
+    check: Check
+    success: bool
+    element_count: int
+    unexpected_count: int
+    action: str  # passed, warned, quarantined, halted, overridden
+    failing_values: tuple = ()
+    error: str | None = None  # the expectation raised (counts as a failure)
+
+    def describe(self, table: str) -> str:
+        what = f"{self.unexpected_count} of {self.element_count} rows" if self.unexpected_count else "the table"
+        if self.error:
+            what = f"error: {self.error}"
+        return f"{table}: check {self.check.id} ({self.check.expectation}) failed on {what}"
+
+
+@dataclass
+class Validated:
+    """A table's rows after its suite ran: the rows to keep, the quarantined ones, and every check's outcome."""
+
+    suite: Suite
+    kept: pa.Table
+    quarantined: pa.Table  # QUARANTINE rows
+    outcomes: list[CheckOutcome] = field(default_factory=list)
+
+    @property
+    def halts(self) -> list[CheckOutcome]:
+        return [o for o in self.outcomes if o.action == "halted"]
+
+    def result_rows(self, batch_id: int, attempt: int) -> pa.Table:
+        rows = [
+            {
+                "batch_id": batch_id,
+                "attempt": attempt,
+                "table_name": self.suite.name,
+                "check_id": o.check.id,
+                "expectation": o.check.expectation,
+                "column_name": o.check.column,
+                "policy": o.check.policy,
+                "action": o.action,
+                "success": o.success,
+                "element_count": o.element_count,
+                "unexpected_count": o.unexpected_count,
+                "detail": _json(
+                    {
+                        "kwargs": o.check.kwargs,
+                        **({"failing_values": list(o.failing_values)} if o.failing_values else {}),
+                        **({"error": o.error} if o.error else {}),
+                    }
+                ),
+            }
+            for o in self.outcomes
+        ]
+        return pa.Table.from_pylist(rows, schema=QUALITY_RESULTS.arrow_schema())
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+# ------------------------------------------------------------------------------------------------ running
+class Validator:
+    """Great Expectations objects built once per process; `validate` runs a whole suite on a table's rows."""
+
+    def __init__(self, suites: dict[str, Suite]) -> None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # no usage statistics sent anywhere
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.suites = suites
+        self._gx = gx
+        self._context = gx.get_context(mode="ephemeral")
+        self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self._source = self._context.data_sources.add_pandas("streamdi")
+        self._definitions: dict[str, Any] = {}
+        self._ids: dict[str, dict[str, Check]] = {}  # suite -> GX expectation id -> check
+        self._lock = threading.Lock()
+
+    def suite_for(self, table: Table) -> Suite | None:
+        return self.suites.get(table.qualified_name)
+
+    def _definition(self, suite: Suite):
+        if suite.name not in self._definitions:
+            from great_expectations.expectations.registry import get_expectation_impl
+
+            gx = self._gx
+            asset = self._source.add_dataframe_asset(suite.name)
+            batch = asset.add_batch_definition_whole_dataframe("micro-batch")
+            gx_suite = self._context.suites.add(gx.ExpectationSuite(name=suite.name))
+            ids = {}
+            for check in suite.checks:
+                added = gx_suite.add_expectation(get_expectation_impl(check.expectation)(**check.kwargs))
+                ids[str(added.id)] = check
+            self._ids[suite.name] = ids
+            self._definitions[suite.name] = self._context.validation_definitions.add(
+                gx.ValidationDefinition(name=suite.name, data=batch, suite=gx_suite)
+            )
+        return self._definitions[suite.name]
+
+    def validate(self, suite: Suite, rows: pa.Table, batch_id: int, *, resumed: bool = False) -> Validated:
+        """Run every check of `suite` on `rows` and apply the policies. With `resumed` (an operator resumed the
+        batch) a failed halt check is `overridden`: recorded, and the rows stay."""
+        if not suite.checks:
+            return Validated(suite, rows, QUARANTINE.arrow_schema().empty_table())
+        with self._lock:
+            definition = self._definition(suite)
+            frame = _frame(suite, rows)
+            result = definition.run(
+                batch_parameters={"dataframe": frame},
+                result_format={
+                    "result_format": "COMPLETE",
+                    "partial_unexpected_count": MAX_DETAIL_VALUES,
+                    "return_unexpected_index_query": False,
+                },
+            )
+            ids = self._ids[suite.name]
+        outcomes: list[CheckOutcome] = []
+        failing_rows: dict[int, list[str]] = {}  # row position -> quarantine checks it failed
+        by_check = {ids[str(r.expectation_config.id)].id: r for r in result.results}
+        for check in suite.checks:  # in suite order, whatever order GX returns them in
+            r = by_check[check.id]
+            error = None
+            if r.exception_info and r.exception_info.get("raised_exception"):
+                error = str(r.exception_info.get("exception_message") or "the expectation raised")
+            success = bool(r.success) and error is None
+            info = r.result or {}
+            unexpected = int(info.get("unexpected_count") or 0)
+            action = "passed"
+            if not success:
+                action = {"warn": "warned", "quarantine": "quarantined", "halt": "halted"}[check.policy]
+                if check.policy == "halt" and resumed:
+                    action = "overridden"
+                if check.policy == "quarantine":
+                    for position in info.get("unexpected_index_list") or []:
+                        failing_rows.setdefault(int(position), []).append(check.id)
+            outcomes.append(
+                CheckOutcome(
+                    check=check,
+                    success=success,
+                    element_count=int(info.get("element_count") or rows.num_rows),
+                    unexpected_count=unexpected,
+                    action=action,
+                    failing_values=tuple(_plain(v) for v in (info.get("partial_unexpected_list") or [])),
+                    error=error,
+                )
+            )
+        kept, quarantined = _split(suite, rows, batch_id, failing_rows)
+        return Validated(suite, kept, quarantined, outcomes)
+
+
+def _frame(suite: Suite, rows: pa.Table):
+    """The pandas frame the checks see: only the columns they name (all of them for table-level expectations
+    that look at the whole schema), decimals as float64 (Python Decimal objects make pandas 10x slower; the
+    bounds in suites are plain numbers, and a decimal(p,s) with p <= 15 converts exactly enough to compare)."""
+    used = {c for check in suite.checks for c in _columns(check.kwargs)}
+    whole = any(not _columns(check.kwargs) for check in suite.checks)
+    names = rows.column_names if whole or not used else [c for c in rows.column_names if c in used]
+    columns = []
+    for name in names:
+        col = rows.column(name)
+        if pa.types.is_decimal(col.type):
+            col = col.cast(pa.float64())
+        columns.append(col)
+    return pa.table(columns, names=names).to_pandas()
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool) or value is None else str(value)
+
+
+def _split(suite: Suite, rows: pa.Table, batch_id: int, failing: dict[int, list[str]]) -> tuple[pa.Table, pa.Table]:
+    if not failing:
+        return rows, QUARANTINE.arrow_schema().empty_table()
+    positions = sorted(failing)
+    bad = rows.take(pa.array(positions, pa.int64()))
+    mask = pc.invert(pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=pa.array(positions, pa.int64())))
+    records = bad.to_pylist()
+    quarantined = pa.Table.from_pylist(
+        [
+            {
+                "batch_id": batch_id,
+                "table_name": suite.name,
+                "row_key": _json({k: record[k] for k in suite.key}),
+                "check_ids": ",".join(failing[p]),
+                "row": _json(record),
+            }
+            for p, record in zip(positions, records, strict=True)
+        ],
+        schema=QUARANTINE.arrow_schema(),
+    )
+    return rows.filter(mask), quarantined
+
+
+# ------------------------------------------------------------------------------------------------ process
+_validator: Validator | None = None
+_building = threading.Lock()
+
+
+def validator() -> Validator:
+    """The process's Validator (suites loaded and checked on first use)."""
+    global _validator
+    with _building:
+        if _validator is None:
+            _validator = Validator(load_suites())
+        return _validator
+
+
+def warm_up() -> None:
+    """Build the process's Validator in a background thread. Importing Great Expectations takes seconds of pure
+    Python; started before the stage step's first Spark job, it overlaps the JVM's start and the parse instead
+    of adding to them. `validator()` waits for it (a failure surfaces there, raised again by the build)."""
+    if _validator is None:
+        threading.Thread(target=_build_quietly, name="gx-warm-up", daemon=True).start()
+
+
+def _build_quietly() -> None:
+    with contextlib.suppress(Exception):  # the caller's own validator() call raises it again, where it is handled
+        validator()
+
+
+def summarize(outcomes: Iterable[CheckOutcome]) -> dict[str, int]:
+    """Counts per action, for logs and the CLI."""
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.action] = counts.get(o.action, 0) + 1
+    return counts
