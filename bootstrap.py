@@ -145,6 +145,14 @@ def ensure_java() -> None:
     fail(problem)
 
 
+def ensure_chromium() -> None:
+    """The browser test of the Airflow UI drives headless Chromium; install Debian's package when it is missing."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return
+    if not apt_install("chromium"):
+        fail("the tests need Chromium for the Airflow UI test: install it (Debian/Ubuntu: apt-get install chromium)")
+
+
 def setup() -> None:
     if sys.version_info < MIN_PYTHON:
         fail(f"streamdi needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is {sys.version.split()[0]}")
@@ -164,6 +172,7 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "run":
         return subprocess.call([str(BIN / "streamdi"), "demo", *extra], env=env)
+    ensure_chromium()
     return subprocess.call([str(BIN / "python"), "-m", "pytest", *extra], env=env, cwd=ROOT)
 
 

@@ -1,0 +1,90 @@
+"""streamdi_historical_load: Batch1 (or any batch folder) through staging, validation, T0-T3, migration, audit."""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, TriggerRule, task
+from streamdi_common import (
+    DEFAULT_ARGS,
+    DELTA_WAREHOUSE,
+    POSTGRES_WAREHOUSE,
+    REPORT_LINK,
+    SHORT,
+    START_DATE,
+    TAGS,
+    batch_param,
+    data_dir_param,
+    migration_mode_param,
+    scale_factor_param,
+)
+
+from streamdi import orchestration
+
+with DAG(
+    dag_id="streamdi_historical_load",
+    description="Deliver a TPC-DI batch folder and load it: stage, validate, transform (T0-T3), migrate, audit",
+    schedule=None,
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "load"],
+    params={
+        "data_dir": data_dir_param(
+            "A TPC-DI data set directory with folders Batch1, Batch2, ... (from `streamdi generate` or the official "
+            "generator), as seen by the Airflow workers. Empty: a demo data set of the scale factor below."
+        ),
+        "batch": batch_param(),
+        "scale_factor": scale_factor_param(),
+        "migration_mode": migration_mode_param(),
+    },
+    doc_md=f"""
+### streamdi historical load
+Loads one batch folder of a TPC-DI data set (Batch1 by default: the historical load) as micro-batches of the
+batch log. Run **streamdi_setup** first.
+
+| task | job |
+|---|---|
+| deliver | `data_dir/Batch<batch>` into the landing zone (generates a demo data set when `data_dir` is empty) |
+| collect | registers the new files as the next micro-batch |
+| stage | parses every file into Delta staging (`staging.*`, rejects with reasons) |
+| validate | staged counts reconcile, no batch halted (data-quality suites replace this check) |
+| transform | T0 reference → T1 companies/securities, T2 customers/accounts → T3 trades → messages (Delta warehouse) |
+| migrate | PostgreSQL, one transaction per batch (`migration_mode=push`); skipped with `none` |
+| audit | TPC-DI audit checks on the Delta warehouse against the staged audit figures |
+
+Each task runs every earlier pending step first, in batch-log order, so a retry or a rerun resumes where the
+last one stopped. Batch states: {REPORT_LINK}; the latest audit: [audit.txt](/streamdi/reports/audit.txt).
+""",
+) as dag:
+
+    @task(execution_timeout=SHORT)
+    def deliver(params: dict | None = None) -> dict:
+        return orchestration.deliver_data_batch(params["data_dir"], params["batch"], params["scale_factor"])
+
+    @task(execution_timeout=SHORT)
+    def collect() -> dict:
+        return orchestration.collect_landed()
+
+    @task
+    def stage(collected: dict) -> dict:
+        return orchestration.process_batches(collected["last_batch"], "stage", "none")
+
+    @task(execution_timeout=SHORT)
+    def validate(collected: dict) -> dict:
+        return orchestration.validate_staged(collected["last_batch"])
+
+    @task(outlets=[DELTA_WAREHOUSE])
+    def transform(collected: dict, params: dict | None = None) -> dict:
+        return orchestration.process_batches(collected["last_batch"], "transform", params["migration_mode"])
+
+    @task(outlets=[POSTGRES_WAREHOUSE])
+    def migrate(collected: dict, params: dict | None = None) -> dict:
+        return orchestration.migrate_batches(collected["last_batch"], params["migration_mode"])
+
+    @task(trigger_rule=TriggerRule.NONE_FAILED)
+    def audit() -> dict:
+        return orchestration.audit_warehouse()
+
+    collected = collect()
+    deliver() >> collected
+    stage(collected) >> validate(collected) >> transform(collected) >> migrate(collected) >> audit()

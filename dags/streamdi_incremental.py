@@ -1,0 +1,52 @@
+"""streamdi_incremental: on a schedule, collect new landing files into micro-batches and process every pending one."""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, task
+from streamdi_common import (
+    DEFAULT_ARGS,
+    DELTA_WAREHOUSE,
+    POSTGRES_WAREHOUSE,
+    REPORT_LINK,
+    SHORT,
+    START_DATE,
+    TAGS,
+    migration_mode_param,
+)
+
+from streamdi import orchestration
+
+SCHEDULE = orchestration.dag_setting("STREAMDI_INCREMENTAL_SCHEDULE")
+
+with DAG(
+    dag_id="streamdi_incremental",
+    description="Collect new landing files into micro-batches and process every pending batch in order",
+    schedule=SCHEDULE,
+    start_date=START_DATE,
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=[*TAGS, "incremental"],
+    params={"migration_mode": migration_mode_param()},
+    doc_md=f"""
+### streamdi incremental micro-batches
+Runs on `{SCHEDULE}` (environment variable `STREAMDI_INCREMENTAL_SCHEDULE`, a cron expression; unpause the DAG
+to start it). One run at a time (`max_active_runs=1`): **collect** registers the files that landed since the
+last run as new micro-batches, then **process_pending** runs every pending batch of the batch log, oldest
+first: stage → transform → migrate (`migration_mode=push`; with `none` the **streamdi_migrate** DAG migrates).
+
+A run with nothing new shows *process_pending* as skipped (no asset event). A **halted** batch fails
+*process_pending* with a log line naming the batch; nothing after it runs until an operator resolves it.
+Batch states: {REPORT_LINK}.
+""",
+) as dag:
+
+    @task(execution_timeout=SHORT)
+    def collect() -> dict:
+        return orchestration.collect_landed()
+
+    @task(outlets=[DELTA_WAREHOUSE, POSTGRES_WAREHOUSE])
+    def process_pending(params: dict | None = None) -> dict:
+        return orchestration.process_batches(None, "migrate", params["migration_mode"], skip_when_idle=True)
+
+    collect() >> process_pending()

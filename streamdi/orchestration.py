@@ -1,0 +1,415 @@
+"""Job functions for the Airflow DAGs (`dags/`): one function per task, each a thin layer over `streamdi.pipeline`.
+
+Where the data flow sits: landing files -> collect -> stage -> validate -> transform -> migrate -> audit/report.
+`streamdi.pipeline` holds the stage jobs and the batch log decides what is left; this module only adds what a
+scheduled, parameterised run needs around them:
+
+- delivering a data set's batch folder (or the reference files, or a freshly generated demo data set) into the
+  landing zone;
+- running the pending (batch, stage) steps of the batch log up to a given batch and stage, oldest first, so a
+  DAG can show stage, transform and migrate as separate tasks while the batch order stays the batch log's;
+- the checks that exist before the data-quality issue: staged counts reconcile, and no batch is halted;
+- the batch-log report page (`<STREAMDI_HOME>/reports/index.html`) that the quality-report DAG renders.
+
+Every function takes the settings (default: from the environment, as each Airflow task runs in a fresh process)
+and returns a JSON-serialisable dict, so a task's return value shows up as its XCom in the UI. Heavy imports
+(Spark, delta-rs, psycopg) happen inside the functions: DAG files import this module when they are parsed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from streamdi.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+STAGES: tuple[str, ...] = ("stage", "transform", "migrate")  # = streamdi.batchlog.STAGES (checked in tests)
+MIGRATION_MODES: tuple[str, ...] = ("push", "none")
+HALTED = "halted"
+
+# The TPC-DI reference files of Batch1 (and its BatchDate): what `streamdi_setup` loads before any business data.
+REFERENCE_FILES: tuple[str, ...] = (
+    "BatchDate.txt",
+    "Date.txt",
+    "Time.txt",
+    "Industry.txt",
+    "StatusType.txt",
+    "TaxRate.txt",
+    "TradeType.txt",
+)
+
+# Environment variables the DAG files read when they are parsed (not streamdi Settings: they shape the Airflow
+# graph, not the data flow). Name -> (default, meaning).
+DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "STREAMDI_INCREMENTAL_SCHEDULE": ("* * * * *", "cron schedule of streamdi_incremental"),
+    "STREAMDI_MIGRATE_SCHEDULE": ("*/5 * * * *", "cron schedule of streamdi_migrate"),
+}
+
+REPORT_URL_PATH = "/streamdi/reports/index.html"  # served by the plugin in dags/plugins (see docs/orchestration.md)
+
+
+class BatchHalted(RuntimeError):
+    """A batch is halted (by a data-quality policy): nothing after it may run until an operator acts."""
+
+
+def dag_setting(name: str) -> str:
+    """The value of a DAG_ENVIRONMENT variable, or its default."""
+    default, _ = DAG_ENVIRONMENT[name]
+    return os.environ.get(name) or default
+
+
+def _settings(settings: Settings | None) -> Settings:
+    return settings if settings is not None else load_settings()
+
+
+def reports_dir(settings: Settings | None = None) -> Path:
+    return (_settings(settings).home / "reports").absolute()
+
+
+# ------------------------------------------------------------------------------------------------ delivery
+def _sample_dir() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("streamdi") / "sample"))
+
+
+def deliver_reference_data(data_dir: str | Path | None = None, settings: Settings | None = None) -> dict:
+    """Put the reference files of `data_dir/Batch1` (default: the bundled sample) into `landing/Batch1/`.
+
+    Files already delivered with the same bytes are left alone, so a later delivery of the whole Batch1 brings
+    only the rest and the collector never registers a file twice.
+    """
+    from streamdi.delivery import _place, batch_dir
+
+    settings = _settings(settings)
+    source = batch_dir(Path(data_dir) if data_dir else _sample_dir(), 1)
+    delivered = []
+    missing = []
+    for name in REFERENCE_FILES:
+        path = source / name
+        if not path.is_file():
+            missing.append(name)
+            continue
+        if _place(path, settings.landing_dir / "Batch1" / name):
+            delivered.append(f"Batch1/{name}")
+    if missing:
+        raise FileNotFoundError(f"{source} lacks the reference file(s) {', '.join(missing)}")
+    log.info("reference data: delivered %d new file(s) from %s into %s", len(delivered), source, settings.landing_dir)
+    return {"from": str(source), "delivered": delivered}
+
+
+def default_data_dir(scale_factor: float, settings: Settings | None = None) -> Path:
+    """Where a demo data set of `scale_factor` lives: `<STREAMDI_HOME>/data/sf<scale_factor>` (as `streamdi demo`)."""
+    return _settings(settings).home / "data" / f"sf{scale_factor:g}"
+
+
+def deliver_data_batch(
+    data_dir: str | Path | None, batch: int, scale_factor: float, settings: Settings | None = None
+) -> dict:
+    """Deliver `data_dir/Batch<batch>` whole into the landing zone.
+
+    Without `data_dir`, the data set is `<STREAMDI_HOME>/data/sf<scale_factor>`, generated first when it does not
+    exist yet (a demo run from the UI needs nothing prepared).
+    """
+    from streamdi.delivery import deliver_batch
+
+    settings = _settings(settings)
+    if data_dir:
+        folder = Path(data_dir)
+    else:
+        folder = default_data_dir(scale_factor, settings)
+        if not (folder / f"Batch{batch}" / "BatchDate.txt").exists():
+            from streamdi.generator import Params, generate
+
+            log.info("generating a TPC-DI data set at scale factor %g into %s", scale_factor, folder)
+            generate(Params(scale_factor=scale_factor), folder)
+    delivered = deliver_batch(folder, batch, settings.landing_dir)
+    log.info("Batch%d: delivered %d new file(s) from %s into %s", batch, len(delivered), folder, settings.landing_dir)
+    return {"data_dir": str(folder), "batch": batch, "delivered": len(delivered)}
+
+
+# ------------------------------------------------------------------------------------------ batch log steps
+def create_objects(settings: Settings | None = None) -> dict:
+    """Create the Delta batch log and every PostgreSQL object (schemas, roles, ledger, `dw.*` tables).
+
+    The Delta warehouse tables are created by their first commit (T0..T3 of the first batch), which records the
+    batch the migrator reads from each commit; an empty commit before it would carry no batch.
+    """
+    from schemas.warehouse import WAREHOUSE_TABLES
+    from streamdi.batchlog import BatchLog
+    from streamdi.context import open_context
+
+    ctx = open_context(_settings(settings))
+    BatchLog(ctx.lake)
+    ctx.warehouse.ensure_objects(WAREHOUSE_TABLES)
+    tables = [f"dw.{t.name}" for t in WAREHOUSE_TABLES]
+    log.info("batch log ready under %s; PostgreSQL tables ready: %s", ctx.settings.lake_root, ", ".join(tables))
+    return {"lake": str(ctx.settings.lake_root), "postgres_tables": tables}
+
+
+def collect_landed(settings: Settings | None = None) -> dict:
+    """Register new landing files as micro-batches; return the new batch ids and the last batch id of the log."""
+    from streamdi.batchlog import BatchLog
+    from streamdi.context import open_context
+    from streamdi.pipeline import collect_job
+
+    ctx = open_context(_settings(settings))
+    collected = collect_job(ctx)
+    for name in collected.changed:
+        log.warning("%s changed after it was collected; ignored", name)
+    last = BatchLog(ctx.lake).last_batch_id()
+    if collected.batch_ids:
+        log.info("collected micro-batch(es) %s from %s", list(collected.batch_ids), ctx.settings.landing_dir)
+    else:
+        log.info("nothing new in %s; last micro-batch is %d", ctx.settings.landing_dir, last)
+    return {"batch_ids": list(collected.batch_ids), "last_batch": last}
+
+
+def halted_steps(batch_log) -> list[tuple[int, str]]:
+    """(batch, stage) pairs whose latest state in the batch log is `halted`, oldest first.
+
+    The data-quality issue sets this state when a `halt` expectation fails; until then nothing writes it, and
+    this is the single place the orchestration asks.
+    """
+    return sorted(key for key, state in batch_log.states().items() if state == HALTED)
+
+
+def check_not_halted(batch_log, up_to_batch: int | None = None) -> None:
+    """Raise BatchHalted when a batch (up to `up_to_batch`) is halted: batches after it must not run."""
+    halted = [(b, s) for b, s in halted_steps(batch_log) if up_to_batch is None or b <= up_to_batch]
+    if halted:
+        b, stage = halted[0]
+        raise BatchHalted(
+            f"micro-batch {b} is HALTED at stage {stage!r} by a data-quality policy; it and every later batch wait "
+            f"until an operator resolves it (see the quality report). Halted: {halted}"
+        )
+
+
+def _pending(batch_log, last_batch: int | None, last_stage: str, migration_mode: str) -> list[tuple[int, str]]:
+    """The batch log's pending steps, in its order, up to (`last_batch`, `last_stage`): earlier batches run every
+    stage (as `run_pending` would), `last_batch` runs up to `last_stage`; None means every batch up to `last_stage`.
+    Migrate steps are left out in migration mode "none"."""
+    if last_stage not in STAGES:
+        raise ValueError(f"unknown stage {last_stage!r}; stages are {STAGES}")
+    if migration_mode not in MIGRATION_MODES:
+        raise ValueError(f"unknown migration mode {migration_mode!r}; modes are {MIGRATION_MODES}")
+    last = STAGES.index(last_stage)
+
+    def wanted(b: int, stage: str) -> bool:
+        if stage == "migrate" and migration_mode == "none":
+            return False
+        if last_batch is None or b == last_batch:
+            return STAGES.index(stage) <= last
+        return b < last_batch
+
+    return [(b, stage) for b, stage in batch_log.pending() if wanted(b, stage)]
+
+
+def process_batches(
+    last_batch: int | None = None,
+    last_stage: str = "migrate",
+    migration_mode: str = "push",
+    settings: Settings | None = None,
+    *,
+    skip_when_idle: bool = False,
+) -> dict:
+    """Run the pending (batch, stage) steps of the batch log in its order (oldest batch first, stages in order) up to
+    `last_batch`'s `last_stage` (None: every batch up to `last_stage`); `migration_mode="none"` leaves every
+    migrate step to the `streamdi_migrate` DAG.
+
+    Checks for a halted batch before every step and raises BatchHalted instead of running it. Returns the steps
+    run, in order. With `skip_when_idle`, a call that finds nothing to do raises Airflow's skip exception, so an
+    idle scheduled run is shown as skipped and emits no asset event.
+    """
+    from streamdi.batchlog import BatchLog
+    from streamdi.context import open_context
+    from streamdi.pipeline import STAGE_JOBS
+
+    ctx = open_context(_settings(settings))
+    batch_log = BatchLog(ctx.lake)
+    check_not_halted(batch_log, last_batch)
+    plan = _pending(batch_log, last_batch, last_stage, migration_mode)
+    if not plan:
+        message = f"nothing pending up to batch {last_batch if last_batch is not None else 'any'}, stage {last_stage}"
+        log.info(message)
+        if skip_when_idle:
+            _skip(message)
+        return {"steps": []}
+    log.info("%d step(s) to run: %s", len(plan), ", ".join(f"batch {b} {s}" for b, s in plan))
+    steps = []
+    for batch_id, stage in plan:
+        check_not_halted(BatchLog(ctx.lake), batch_id)
+        started = time.perf_counter()
+        detail = STAGE_JOBS[stage](ctx, batch_id)
+        seconds = round(time.perf_counter() - started, 3)
+        log.info("batch %d %s done in %.1fs: %s", batch_id, stage, seconds, json.dumps(detail, sort_keys=True))
+        steps.append({"batch_id": batch_id, "stage": stage, "seconds": seconds, "detail": detail})
+    return {"steps": steps}
+
+
+def _skip(message: str) -> None:
+    """Tell Airflow this task had nothing to do (shown as skipped, no asset event)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    raise AirflowSkipException(message)
+
+
+def migrate_batches(last_batch: int | None, migration_mode: str, settings: Settings | None = None) -> dict:
+    """Migration step of a load DAG: push mode migrates every pending batch up to `last_batch` (each batch in one
+    PostgreSQL transaction, in order); mode "none" skips the task, leaving it to the `streamdi_migrate` DAG."""
+    if migration_mode == "none":
+        _skip("migration_mode=none: PostgreSQL is left to the streamdi_migrate DAG")
+    return process_batches(last_batch, "migrate", migration_mode, settings)
+
+
+def migrate_transformed(settings: Settings | None = None, *, skip_when_idle: bool = False) -> dict:
+    """Push migration on its own schedule: make every batch whose transform is done visible in PostgreSQL, in batch
+    order, stopping at the first batch not transformed yet (a later batch never becomes visible before it)."""
+    from streamdi.batchlog import DONE, BatchLog
+    from streamdi.context import open_context
+
+    ctx = open_context(_settings(settings))
+    batch_log = BatchLog(ctx.lake)
+    states = batch_log.states()
+    ready = None
+    for b, stage in batch_log.pending():
+        if stage != "migrate" or states.get((b, "transform")) != DONE:
+            break
+        ready = b
+    if ready is None:
+        message = "nothing to migrate: no transformed batch is waiting for PostgreSQL"
+        log.info(message)
+        if skip_when_idle:
+            _skip(message)
+        return {"steps": []}
+    return process_batches(ready, "migrate", "push", ctx.settings)
+
+
+# ----------------------------------------------------------------------------------------- checks and audit
+def validate_staged(last_batch: int | None = None, settings: Settings | None = None) -> dict:
+    """The checks that run before the transform (the suites themselves run inside the stage step): every staged
+    batch up to `last_batch` is not halted, and its counts reconcile (lines read = staged + rejected +
+    quarantined).
+
+    Raises ValueError naming the batch when counts do not reconcile; files that match no declared source are
+    logged as warnings.
+    """
+    from schemas.platform import BATCH_EVENTS
+    from streamdi.batchlog import BatchLog
+    from streamdi.lake import Lake
+
+    settings = _settings(settings)
+    lake = Lake(settings.lake_root)
+    batch_log = BatchLog(lake)
+    check_not_halted(batch_log, last_batch)
+    checked = []
+    for event in lake.read_arrow(BATCH_EVENTS).to_pylist():
+        if event["stage"] != "stage" or event["state"] != "done":
+            continue
+        if last_batch is not None and event["batch_id"] > last_batch:
+            continue
+        detail = json.loads(event["detail"] or "{}")
+        b = event["batch_id"]
+        accounted = sum(detail.get(k, 0) for k in ("staged", "rejected", "quarantined", "held"))
+        if detail.get("read") != accounted:
+            raise ValueError(
+                f"micro-batch {b}: lines read do not reconcile with staged + rejected + quarantined: {detail}"
+            )
+        for name in detail.get("unknown_files", []):
+            log.warning("micro-batch %d: %s matches no declared source and was not staged", b, name)
+        log.info(
+            "micro-batch %d: read %s = staged %s + rejected %s + quarantined %s",
+            b,
+            detail["read"],
+            detail["staged"],
+            detail["rejected"],
+            detail.get("quarantined", 0),
+        )
+        checked.append({"batch_id": b, **{k: detail.get(k, 0) for k in ("read", "staged", "rejected", "quarantined")}})
+    return {"batches": checked}
+
+
+def audit_warehouse(settings: Settings | None = None) -> dict:
+    """Run the TPC-DI audit on the Delta warehouse against the staged audit figures and write it to
+    `<STREAMDI_HOME>/reports/audit.txt`. It reports and does not fail the run: failed checks are logged as
+    warnings and counted in the result (a partial data set fails checks of the tables it lacks); policies that
+    stop batches belong to the data-quality suites."""
+    from streamdi.audit import run_audit
+    from streamdi.context import open_context
+
+    ctx = open_context(_settings(settings))
+    report = run_audit(ctx)
+    text = report.render(width=160)
+    out = reports_dir(ctx.settings)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "audit.txt").write_text(text)
+    log.info("TPC-DI audit (also in %s):\n%s", out / "audit.txt", text)
+    for c in report.failed:
+        log.warning("audit check failed: %s%s: %s", c.name, f" (batch {c.batch})" if c.batch else "", c.detail)
+    return {
+        "ok": sum(1 for c in report.checks if c.ok),
+        "failed": [c.name + (f" (batch {c.batch})" if c.batch else "") for c in report.failed],
+        "skipped": len(report.skipped),
+    }
+
+
+# ------------------------------------------------------------------------------------------------- report
+def _cell(state: str) -> str:
+    colour = {"done": "#d4edda", "pending": "#f8f9fa", HALTED: "#f8d7da"}.get(state, "#fff3cd")
+    return f'<td style="background:{colour}">{html.escape(state)}</td>'
+
+
+def render_batch_report(rows: Iterable[dict], generated_at: dt.datetime) -> str:
+    """A static HTML page: one row per micro-batch, one column per stage with its state."""
+    rows = list(rows)
+    body = "\n".join(
+        "<tr>"
+        f"<td>{r['batch_id']}</td><td>{r['files']}</td>"
+        f"<td>{html.escape(', '.join(map(str, r['source_batches'])))}</td>"
+        f"<td>{html.escape(r['arrived_at'].strftime('%Y-%m-%d %H:%M:%S'))}</td>"
+        + "".join(_cell(r[s]) for s in STAGES)
+        + "</tr>"
+        for r in rows
+    )
+    done = sum(1 for r in rows if all(r[s] == "done" for s in STAGES))
+    header = "".join(f"<th>{s}</th>" for s in STAGES)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>streamdi batch report</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}</style></head>
+<body>
+<h1>streamdi batch report</h1>
+<p id="summary">{len(rows)} micro-batch(es), {done} done in every stage. Generated {generated_at:%Y-%m-%d %H:%M:%S %Z}.
+Data-quality results (validation suites) will be added to this page.</p>
+<table id="batches"><thead><tr><th>batch</th><th>files</th><th>TPC-DI batch</th><th>arrived</th>{header}</tr></thead>
+<tbody>
+{body}
+</tbody></table>
+<p><a href="audit.txt">latest TPC-DI audit</a> (written by streamdi_historical_load)</p>
+</body></html>
+"""
+
+
+def write_quality_report(settings: Settings | None = None) -> dict:
+    """Render the batch log as `<STREAMDI_HOME>/reports/index.html` (batches x stages with their states)."""
+    from streamdi.batchlog import BatchLog
+    from streamdi.lake import Lake
+
+    settings = _settings(settings)
+    rows = BatchLog(Lake(settings.lake_root)).summary()
+    out = reports_dir(settings)
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "index.html"
+    tmp = page.with_name(page.name + ".tmp")
+    tmp.write_text(render_batch_report(rows, dt.datetime.now(dt.UTC)))
+    tmp.replace(page)
+    log.info("quality report with %d micro-batch(es) written to %s (UI: %s)", len(rows), page, REPORT_URL_PATH)
+    return {"path": str(page), "batches": len(rows)}

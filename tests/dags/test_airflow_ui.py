@@ -1,0 +1,256 @@
+"""Browser test: `streamdi airflow` (real `airflow standalone`), headless Chromium logs in through the UI, the REST
+API triggers streamdi_historical_load with parameters, and the UI shows the run's success.
+
+Chromium is driven through the DevTools protocol (a websocket; no extra test dependency). The screenshot of the
+finished run is kept as `test-artifacts/airflow_historical_load_run.png`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from dagdata import BROKERS, REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+
+ARTIFACTS = REPO / "test-artifacts"
+DAG_ID = "streamdi_historical_load"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, check, timeout: float, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+            last = exc
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 30) -> None:
+    """Stop a process started in its own session, and everything it started."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+class Chromium:
+    """A headless Chromium page driven through the DevTools protocol."""
+
+    def __init__(self, profile: Path) -> None:
+        binary = shutil.which("chromium") or shutil.which("chromium-browser")
+        assert binary, "Debian's chromium package is needed (bootstrap.py test installs it)"
+        port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                f"--remote-debugging-port={port}",
+                "--window-size=1400,1000",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        pages = wait_for(
+            "chromium's DevTools endpoint",
+            lambda: [t for t in httpx.get(f"http://127.0.0.1:{port}/json").json() if t["type"] == "page"],
+            60,
+            0.5,
+        )
+        from websockets.sync.client import connect
+
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        self.ids = itertools.count(1)
+        self.call("Page.enable")
+
+    def call(self, method: str, **params):
+        msg_id = next(self.ids)
+        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
+        while True:
+            reply = json.loads(self.ws.recv(timeout=60))
+            if reply.get("id") == msg_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def eval(self, expression: str):
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        return result.get("result", {}).get("value")
+
+    def goto(self, url: str) -> None:
+        self.call("Page.navigate", url=url)
+        wait_for(f"{url} to load", lambda: self.eval("document.readyState") == "complete", 60, 0.5)
+
+    def text(self) -> str:
+        return self.eval("document.body ? document.body.innerText : ''") or ""
+
+    def type_into(self, selector: str, text: str) -> None:
+        assert self.eval(f"!!document.querySelector({json.dumps(selector)})"), selector
+        self.eval(f"document.querySelector({json.dumps(selector)}).focus()")
+        self.call("Input.insertText", text=text)
+
+    def screenshot(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.close()
+        stop_group(self.proc, 10)
+
+
+@pytest.fixture
+def airflow(tmp_path: Path):
+    """`streamdi airflow` on a free port with its own STREAMDI_HOME; yields (url, user, password, home, log)."""
+    home = tmp_path / "home"
+    port = free_port()
+    log_path = tmp_path / "airflow.log"
+    env = {
+        **os.environ,
+        "STREAMDI_HOME": str(home),
+        "STREAMDI_SPARK_MASTER": "local[2]",
+        "STREAMDI_SPARK_SHUFFLE_PARTITIONS": "2",
+        "STREAMDI_SPARK_DRIVER_MEMORY": "1g",
+    }
+    # The airflow command chooses its own Airflow configuration (under STREAMDI_HOME); drop the test session's.
+    for key in [k for k in env if k.startswith("AIRFLOW")]:
+        del env[key]
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamdi.airflow_cli", "--port", str(port)],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        banner = wait_for(
+            "the URL and login banner",
+            lambda: re.search(r"Airflow UI: (\S+)\s+\(login: (\S+) / (\S+)\)", log_path.read_text()),
+            60,
+            0.5,
+        )
+        yield banner.group(1), banner.group(2), banner.group(3), home, log_path
+    finally:
+        stop_group(proc)
+        if not os.environ.get("DATABASE_URL"):
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "from streamdi import embedded_pg as e; from streamdi.settings import "
+                    f"Settings; e.stop_server(Settings(home={str(home)!r}))",
+                ],
+                env=env,
+                timeout=120,
+                check=False,
+            )
+
+
+def test_trigger_historical_load_from_the_ui(airflow, tiny_data, tmp_path):
+    url, user, password, home, log_path = airflow
+    assert url.startswith("http://127.0.0.1:")
+    wait_for("the API server", lambda: httpx.get(f"{url}/api/v2/monitor/health", timeout=5).status_code == 200, 180)
+
+    token = httpx.post(f"{url}/auth/token", json={"username": user, "password": password}, timeout=30)
+    assert token.status_code == 201, token.text
+    api = httpx.Client(base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token.json()['access_token']}"})
+    wait_for("the DAG processor to register the DAG", lambda: api.get(f"/dags/{DAG_ID}").status_code == 200, 240)
+
+    browser = Chromium(tmp_path / "chromium")
+    try:
+        # Log in through the UI's login form.
+        browser.goto(f"{url}/")
+        wait_for("the login form", lambda: browser.eval("!!document.querySelector('input[name=username]')"), 60, 1)
+        browser.type_into("input[name=username]", user)
+        browser.type_into("input[name=password]", password)
+        browser.eval("document.querySelector('button[type=submit]').click()")
+        wait_for("the UI after login", lambda: "/auth/login" not in browser.eval("location.href"), 60, 1)
+        browser.goto(f"{url}/dags")
+        wait_for("the DAG list", lambda: DAG_ID in browser.text(), 120, 2)
+
+        # Trigger the run with parameters through the REST API (the UI's own backend).
+        assert api.patch(f"/dags/{DAG_ID}", json={"is_paused": False}).status_code == 200
+        conf = {"data_dir": str(tiny_data), "batch": 1, "migration_mode": "push"}
+        created = api.post(f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert created.status_code == 200, created.text
+        run_id = created.json()["dag_run_id"]
+        assert created.json()["conf"] == conf
+
+        def finished():
+            state = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+            return state if state in ("success", "failed") else None
+
+        state = wait_for("the historical load to finish", finished, 900, 5)
+        tasks = {
+            t["task_id"]: t["state"]
+            for t in api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+        }
+        assert state == "success", (tasks, log_path.read_text()[-3000:])
+        assert tasks == {
+            t: "success" for t in ("deliver", "collect", "stage", "validate", "transform", "migrate", "audit")
+        }
+
+        # The run's page in the UI shows it finished successfully.
+        browser.goto(f"{url}/dags/{DAG_ID}/runs/{run_id}")
+        wait_for("the run page to show its state", lambda: "success" in browser.text().lower(), 60, 2)
+        page = browser.text()
+        assert run_id in page or DAG_ID in page
+        browser.screenshot(ARTIFACTS / "airflow_historical_load_run.png")
+        assert (ARTIFACTS / "airflow_historical_load_run.png").stat().st_size > 10_000
+
+        # The quality report is linked from the UI and served by it.
+        report = httpx.get(f"{url}/streamdi/reports/index.html", timeout=30)
+        assert report.status_code == 200 and "streamdi batch report" in report.text
+    except BaseException:
+        browser.screenshot(ARTIFACTS / "airflow_ui_failure.png")
+        raise
+    finally:
+        browser.close()
+
+    # The load reached PostgreSQL: DimBroker holds exactly the 3 brokers of the tiny HR.csv.
+    from streamdi.settings import Settings
+    from streamdi.warehouse import open_warehouse
+
+    _, rows = open_warehouse(Settings(home=home, database_url=os.environ.get("DATABASE_URL") or None)).query(
+        "SELECT count(*) FROM dw.dimbroker"
+    )
+    assert rows[0][0] == BROKERS

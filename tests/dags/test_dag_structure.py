@@ -1,0 +1,133 @@
+"""Every DAG imports without errors and has exactly the expected tasks, dependencies, schedule and parameters."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamdi import orchestration
+
+EXPECTED_EDGES = {
+    "streamdi_setup": {
+        ("create_objects", "deliver_reference_data"),
+        ("deliver_reference_data", "collect"),
+        ("collect", "load_reference_data"),
+        ("collect", "validate"),
+        ("load_reference_data", "validate"),
+    },
+    "streamdi_historical_load": {
+        ("deliver", "collect"),
+        ("collect", "stage"),
+        ("collect", "validate"),
+        ("collect", "transform"),
+        ("collect", "migrate"),
+        ("stage", "validate"),
+        ("validate", "transform"),
+        ("transform", "migrate"),
+        ("migrate", "audit"),
+    },
+    "streamdi_incremental": {("collect", "process_pending")},
+    "streamdi_migrate": set(),
+    "streamdi_quality_report": set(),
+}
+EXPECTED_TASKS = {
+    "streamdi_setup": {"create_objects", "deliver_reference_data", "collect", "load_reference_data", "validate"},
+    "streamdi_historical_load": {"deliver", "collect", "stage", "validate", "transform", "migrate", "audit"},
+    "streamdi_incremental": {"collect", "process_pending"},
+    "streamdi_migrate": {"migrate"},
+    "streamdi_quality_report": {"write_report"},
+}
+
+
+def edges(dag) -> set[tuple[str, str]]:
+    return {(t.task_id, down) for t in dag.tasks for down in t.downstream_task_ids}
+
+
+def test_every_dag_imports_without_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert sorted(dagbag.dag_ids) == sorted(EXPECTED_TASKS)
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED_TASKS))
+def test_tasks_and_dependencies(dagbag, dag_id):
+    dag = dagbag.dags[dag_id]
+    assert {t.task_id for t in dag.tasks} == EXPECTED_TASKS[dag_id]
+    assert edges(dag) == EXPECTED_EDGES[dag_id]
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert "streamdi" in dag.tags
+    assert dag.doc_md and orchestration.REPORT_URL_PATH in dag.doc_md
+    for t in dag.tasks:
+        assert t.retries == 2, t.task_id
+        assert t.execution_timeout is not None, t.task_id
+
+
+def test_schedules(dagbag):
+    from airflow.sdk.definitions.timetables.simple import NullTimetable
+
+    assert isinstance(dagbag.dags["streamdi_setup"].timetable, NullTimetable)
+    assert isinstance(dagbag.dags["streamdi_historical_load"].timetable, NullTimetable)
+    assert dagbag.dags["streamdi_incremental"].timetable.expression == "* * * * *"
+    assert dagbag.dags["streamdi_migrate"].timetable.expression == "*/5 * * * *"
+    report = dagbag.dags["streamdi_quality_report"].timetable.asset_condition
+    assert {a.uri for a in report.objects} == {"streamdi://warehouse/delta", "streamdi://warehouse/postgres"}
+
+
+def test_assets_are_outlets_of_the_committing_tasks(dagbag):
+    def outlets(dag_id: str, task_id: str) -> set[str]:
+        return {a.uri for a in dagbag.dags[dag_id].get_task(task_id).outlets}
+
+    delta, pg = "streamdi://warehouse/delta", "streamdi://warehouse/postgres"
+    assert outlets("streamdi_historical_load", "transform") == {delta}
+    assert outlets("streamdi_historical_load", "migrate") == {pg}
+    assert outlets("streamdi_historical_load", "stage") == set()
+    assert outlets("streamdi_incremental", "process_pending") == {delta, pg}
+    assert outlets("streamdi_migrate", "migrate") == {pg}
+    assert outlets("streamdi_setup", "load_reference_data") == {delta, pg}
+
+
+def test_audit_runs_when_migration_is_skipped(dagbag):
+    audit = dagbag.dags["streamdi_historical_load"].get_task("audit")
+    assert audit.trigger_rule == "none_failed"
+
+
+def test_ui_parameters_are_validated_and_described(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = dagbag.dags["streamdi_historical_load"].params
+    assert set(params) == {"data_dir", "batch", "scale_factor", "migration_mode"}
+    for name in params:
+        assert params.get_param(name).description, name
+    assert params.validate() == {"data_dir": "", "batch": 1, "scale_factor": 0.01, "migration_mode": "push"}
+    for name, bad in (("batch", 0), ("batch", "one"), ("migration_mode", "pull"), ("scale_factor", 0)):
+        with pytest.raises(ParamValidationError):
+            params.get_param(name).resolve(bad)
+    assert params.get_param("batch").resolve(3) == 3
+    assert set(dagbag.dags["streamdi_setup"].params) == {"data_dir", "migration_mode"}
+    assert set(dagbag.dags["streamdi_incremental"].params) == {"migration_mode"}
+
+
+def test_schedule_is_configurable(monkeypatch, tmp_path):
+    from airflow.dag_processing.dagbag import BundleDagBag
+    from dagdata import DAGS
+
+    monkeypatch.setenv("STREAMDI_INCREMENTAL_SCHEDULE", "*/2 * * * *")
+    monkeypatch.setenv("STREAMDI_MIGRATE_SCHEDULE", "0 * * * *")
+    bag = BundleDagBag(dag_folder=DAGS, bundle_path=DAGS, bundle_name="dags-folder")
+    assert bag.dags["streamdi_incremental"].timetable.expression == "*/2 * * * *"
+    assert bag.dags["streamdi_migrate"].timetable.expression == "0 * * * *"
+
+
+def test_stages_match_the_batch_log():
+    from streamdi.batchlog import STAGES
+
+    assert orchestration.STAGES == STAGES
+
+
+def test_dag_files_hold_no_data_logic():
+    """DAG files only build the graph: no Spark, SQL, delta-rs or psycopg in them."""
+    from dagdata import DAGS
+
+    for path in sorted(DAGS.glob("*.py")):
+        text = path.read_text()
+        for word in ("pyspark", "deltalake", "psycopg", "SELECT ", "spark.", "streamdi.pipeline"):
+            assert word not in text, f"{path.name} contains {word!r}"

@@ -1,0 +1,102 @@
+"""Static checks of docker/ (no Docker engine on these machines): the compose file parses, every service has an
+image, a command, volumes and an environment, every streamdi variable it sets is a real setting, and the DAGs
+submit their Spark work to the compose file's Spark master."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from dagdata import REPO
+
+from streamdi import orchestration
+from streamdi.settings import Settings
+
+DOCKER = REPO / "docker"
+SERVICES = {
+    "airflow-db",
+    "warehouse-db",
+    "spark-master",
+    "spark-worker",
+    "airflow-init",
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+
+
+def env_of(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    return env if isinstance(env, dict) else dict(item.split("=", 1) for item in env)
+
+
+def test_every_service_is_complete(compose):
+    services = compose["services"]
+    assert set(services) == SERVICES
+    for name, service in services.items():
+        assert service.get("image") or service.get("build"), name
+        assert service.get("command"), name
+        assert service.get("volumes"), name
+        assert env_of(service), name
+    for name, service in services.items():
+        for volume in service["volumes"]:
+            assert volume.split(":")[0] in compose["volumes"], (name, volume)
+
+
+def test_streamdi_variables_are_real_settings(compose):
+    fields = {f"STREAMDI_{name.upper()}" for name in Settings.model_fields} | {"DATABASE_URL"}
+    known = fields | set(orchestration.DAG_ENVIRONMENT)
+    seen = set()
+    for name, service in compose["services"].items():
+        for key in env_of(service):
+            if key.startswith("STREAMDI_") or key == "DATABASE_URL":
+                assert key in known, f"{name} sets {key}, which is not a streamdi setting"
+                seen.add(key)
+    assert {"STREAMDI_HOME", "STREAMDI_LAKE", "STREAMDI_LANDING", "STREAMDI_SPARK_MASTER", "DATABASE_URL"} <= seen
+
+
+def test_airflow_components_share_the_lake_and_submit_to_the_spark_master(compose):
+    services = compose["services"]
+    master = services["spark-master"]["command"]
+    port = master[master.index("--port") + 1]
+    url = f"spark://spark-master:{port}"
+    assert url in services["spark-worker"]["command"]
+    for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-init"):
+        env = env_of(services[name])
+        assert env["STREAMDI_SPARK_MASTER"] == url, name
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:")
+        assert "@airflow-db:5432/" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        assert "@warehouse-db:5432/" in env["DATABASE_URL"]
+        assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/streamdi/dags"
+        assert "lake:/data" in services[name]["volumes"], name
+        assert env["STREAMDI_LAKE"].startswith("/data/") and env["STREAMDI_LANDING"].startswith("/data/")
+    for name in ("spark-master", "spark-worker"):
+        assert "lake:/data" in services[name]["volumes"], name
+    assert services["airflow-scheduler"]["command"] == ["airflow", "scheduler"]
+    assert services["airflow-api-server"]["command"] == ["airflow", "api-server"]
+    assert services["airflow-dag-processor"]["command"] == ["airflow", "dag-processor"]
+
+
+def test_secrets_come_only_from_the_environment(compose):
+    text = (DOCKER / "docker-compose.yml").read_text()
+    for match in re.finditer(r"(PASSWORD|SECRET|FERNET_KEY): (.+)", text):
+        assert "${" in match.group(2), match.group(0)
+    required = set(re.findall(r"\$\{([A-Z_]+):\?", text))
+    example = {line.split("=", 1)[0] for line in (DOCKER / ".env.example").read_text().splitlines() if "=" in line}
+    assert required <= example
+
+
+def test_image_installs_streamdi_and_java():
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert "openjdk-17-jre-headless" in dockerfile
+    assert re.search(r"pip install -e \.", dockerfile)
+    for folder in ("streamdi", "jobs", "schemas", "dags"):
+        assert f"COPY {folder} ./{folder}" in dockerfile
+        assert (REPO / folder).is_dir()
