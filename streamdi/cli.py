@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from streamdi.airflow_cli import airflow_command
 from streamdi.generator.cli import generate_app as _generate_app
 from streamdi.settings import Settings, load_settings
 
@@ -28,11 +29,15 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="The embedded PostgreSQL server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+batch_app = typer.Typer(help="Operator actions on one micro-batch (halted batches).", no_args_is_help=True)
+app.add_typer(batch_app, name="batch")
 app.add_typer(_generate_app, name="generate")
+app.command("airflow")(airflow_command)
 console = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 SAMPLE = "sample"
+HALTED_EXIT = 3  # exit code of a run stopped by a halted batch
 
 
 @app.callback()
@@ -192,6 +197,13 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
         d = step.detail
         if step.stage == "stage":
             text = f"read {d['read']} lines: staged {d['staged']}, rejected {d['rejected']}"
+            if d.get("quarantined"):
+                text += f", quarantined {d['quarantined']}"
+            if d.get("held"):
+                text += f", held back {d['held']} (halted)"
+            failed = {a: n for a, n in d.get("checks", {}).items() if a != "passed"}
+            if failed:
+                text += "; checks: " + ", ".join(f"{n} {a}" for a, n in sorted(failed.items()))
             if d["audit_files"]:
                 text += f"; {d['audit_files']} audit file(s)"
             if d["unknown_files"]:
@@ -200,13 +212,23 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
                 text += f"; not staged (no declared source): {shown}" + (f" and {more} more" if more > 0 else "")
         else:
             text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
-        console.print(f"  batch {step.batch_id} {step.stage:<9} done in {step.seconds:5.1f}s: {text}")
+        verb = "HALTED after" if d.get("halted") else "done in"
+        console.print(f"  batch {step.batch_id} {step.stage:<9} {verb} {step.seconds:5.1f}s: {text}")
 
     def show_collected(collected) -> None:
         for batch_id in collected.batch_ids:
             console.print(f"collected micro-batch {batch_id} from {settings.landing_dir}")
 
     report = run_pending(ctx, on_collect=show_collected, on_plan=show_plan, on_step=show_step)
+    for halt in report.halted:
+        err.print(
+            f"[red]micro-batch {halt.batch_id} is HALTED (its {halt.stage} step): {halt.reason}[/red]\n"
+            f"  it and every later batch wait; after checking the data, resume it with "
+            f"`streamdi batch resume {halt.batch_id}` or drop it with "
+            f"`streamdi batch skip {halt.batch_id} --reason TEXT`"
+        )
+    if report.halted:
+        raise typer.Exit(HALTED_EXIT)
     if report.nothing_to_do and not quiet_when_idle:
         console.print(f"nothing new arrived in {settings.landing_dir}; every batch is already done.")
     for name in report.collected.changed:
@@ -401,6 +423,174 @@ def batches() -> None:
             *(r[s] for s in STAGES),
         )
     console.print(table if rows else "the batch log is empty")
+
+
+# ---------------------------------------------------------------------------------------- migrate / query
+def _batch_ranges(batches: tuple[int, ...] | list[int]) -> str:
+    """`1-3, 5` for batches 1, 2, 3 and 5."""
+    parts: list[str] = []
+    start = prev = None
+    for b in sorted(batches):
+        if prev is not None and b == prev + 1:
+            prev = b
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = b
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+def _migration_text(report) -> str:
+    if not report.batches:
+        return "nothing pending: every batch committed in Delta is visible in PostgreSQL"
+    rows = ", ".join(f"{t} {n}" for t, n in sorted(report.tables.items()) if n) or "no row changes"
+    plural = "es" if len(report.batches) > 1 else ""
+    return f"batch{plural} {_batch_ranges(report.batches)} visible in {report.seconds:.3f}s: {rows}"
+
+
+def _open_migration(settings: Settings):
+    from schemas.warehouse import WAREHOUSE_TABLES
+    from streamdi.context import open_context
+
+    ctx = open_context(settings)
+    ctx.warehouse.ensure_objects(WAREHOUSE_TABLES)
+    return ctx
+
+
+@app.command()
+def migrate(
+    every: Annotated[
+        float | None,
+        typer.Option(
+            "--every",
+            metavar="SECONDS",
+            min=0.01,
+            help="Keep migrating every SECONDS (push loop) until Ctrl-C or SIGTERM; each round prints what it did.",
+        ),
+    ] = None,
+) -> None:
+    """Push mode: make every batch committed in Delta (transform done) but not yet visible in PostgreSQL visible,
+    all in one transaction, and mark their migrate stage done in the batch log. Once, or on an interval."""
+    import signal
+    import threading
+
+    from streamdi.migrator import mark_migrated, migrate_pending
+    from streamdi.pipeline import _now
+
+    ctx = _open_migration(load_settings())
+
+    def one_round():
+        report = migrate_pending(ctx.lake, ctx.warehouse, mode="push")
+        mark_migrated(ctx.lake, report, now=_now())
+        return report
+
+    if every is None:
+        console.print(_migration_text(one_round()))
+        return
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    rounds = 0
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            rounds += 1
+            console.print(f"round {rounds}: {_migration_text(one_round())}")
+            stop.wait(max(0.0, every - (time.monotonic() - started)))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.print(f"stopped after {rounds} round(s)")
+
+
+def _query_help() -> str:
+    from streamdi.queries import NAMED_QUERIES
+
+    names = "\n\n".join(f"{q.name}: {q.description}" for q in NAMED_QUERIES.values())
+    return (
+        "Run SQL (or a named query) on the PostgreSQL warehouse as the read-only role; print the rows, the run "
+        "time and the staleness (query time minus the arrival of the newest batch visible to the query). "
+        "With --fresh (pull mode), first migrate every batch committed in Delta but not yet visible.\n\n"
+        f"Named queries:\n\n{names}"
+    )
+
+
+@app.command(help=_query_help())
+def query(
+    sql_or_name: Annotated[
+        str, typer.Argument(metavar="SQL_OR_NAMED_QUERY", help="A SELECT statement, or the name of a named query.")
+    ],
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Pull mode: migrate everything pending (one transaction), then query.")
+    ] = False,
+) -> None:
+    from streamdi.migrator import mark_migrated, migrate_pending
+    from streamdi.pipeline import _now
+    from streamdi.queries import resolve
+
+    ctx = _open_migration(load_settings())
+    name, statement = resolve(sql_or_name)
+    pulled = migrate_pending(ctx.lake, ctx.warehouse, mode="pull") if fresh else None
+    result = ctx.warehouse.read_snapshot(statement)
+    table = RichTable(*result.columns, title=name)
+    for row in result.rows:
+        table.add_row(*("NULL" if v is None else str(v) for v in row))
+    if result.columns:
+        console.print(table)
+    if pulled is not None:
+        console.print(f"pulled: {_migration_text(pulled)}")
+    console.print(f"{len(result.rows)} row(s) in {result.seconds * 1000:.1f} ms")
+    if result.newest_batch is None:
+        console.print("staleness: no batch is visible yet")
+    else:
+        console.print(
+            f"staleness: {result.staleness_seconds:.3f} s (newest visible batch {result.newest_batch}, "
+            f"arrived {result.newest_arrived_at:%Y-%m-%d %H:%M:%S.%f %Z})"
+        )
+    if pulled is not None:
+        mark_migrated(ctx.lake, pulled, now=_now())
+
+
+@batch_app.command("resume")
+def batch_resume(
+    batch_id: Annotated[int, typer.Argument(metavar="K", help="The halted micro-batch (see `streamdi batches`).")],
+    note: Annotated[str | None, typer.Option(help="Why it may go on (kept in the batch log).")] = None,
+) -> None:
+    """Let halted micro-batch K go on: its halted stage runs again at the next `run`/`load`, and the policy that
+    halted it only warns for this batch."""
+    from streamdi.batchlog import BatchLog, BatchLogError
+    from streamdi.lake import Lake
+    from streamdi.pipeline import _now
+
+    try:
+        stage = BatchLog(Lake(load_settings().lake_root)).resume(batch_id, now=_now(), note=note)
+    except BatchLogError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"micro-batch {batch_id}: stage {stage} resumed; the next `streamdi run` continues from it")
+
+
+@batch_app.command("skip")
+def batch_skip(
+    batch_id: Annotated[int, typer.Argument(metavar="K", help="The micro-batch to drop (see `streamdi batches`).")],
+    reason: Annotated[str, typer.Option(help="Why the batch is dropped (required; kept in the batch log).")],
+) -> None:
+    """Drop micro-batch K before its transform: its remaining stages never run, its staged rows never reach the
+    warehouse, and later batches go on."""
+    from streamdi.batchlog import BatchLog, BatchLogError
+    from streamdi.lake import Lake
+    from streamdi.pipeline import _now
+
+    try:
+        stages = BatchLog(Lake(load_settings().lake_root)).skip(batch_id, reason, now=_now())
+    except BatchLogError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    if stages:
+        console.print(f"micro-batch {batch_id}: skipped {', '.join(stages)} ({reason})")
+    else:
+        console.print(f"micro-batch {batch_id} was already skipped")
 
 
 @db_app.command("start")

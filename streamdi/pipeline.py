@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 from jobs import stage, transform
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import STAGES, BatchLog
+from streamdi.batchlog import STAGES, BatchLog, Halt
 from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
 from streamdi.migrator import migrate_batch
+from streamdi.quality import summarize, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +37,27 @@ def collect_job(ctx: JobContext) -> CollectResult:
 
 
 def stage_job(ctx: JobContext, batch_id: int) -> dict:
+    """Parse and validate the batch's files into staging. A failed halt check halts the batch in the batch log
+    (the detail then has `halted`, the reason); otherwise the stage is marked done."""
+    warm_up()  # Great Expectations imports while Spark parses
     batch_log = BatchLog(ctx.lake)
-    report = stage.run(ctx, batch_id, batch_log.files(batch_id))
+    report = stage.run(ctx, batch_id, batch_log.files(batch_id), attempt=batch_log.resumes(batch_id, "stage"))
     detail = {
         "read": report.read,
         "staged": report.staged,
         "rejected": report.rejected,
+        "quarantined": report.quarantined,
+        "held": report.held,
+        "checks": summarize(report.checks),
         "audit_files": len(report.audit_files),
         "unknown_files": report.unknown_files,
     }
     fault_point("pipeline.before_mark_stage")
+    if report.halts:
+        detail["halted"] = "; ".join(report.halts)
+        batch_log.halt(batch_id, "stage", detail["halted"], now=_now())
+        log.warning("micro-batch %s halted: %s", batch_id, detail["halted"])
+        return detail
     batch_log.mark(batch_id, "stage", "done", now=_now(), detail=detail)
     return detail
 
@@ -60,11 +72,14 @@ def transform_job(ctx: JobContext, batch_id: int) -> dict:
 
 
 def migrate_job(ctx: JobContext, batch_id: int) -> dict:
+    """Push mode: make the batch visible in PostgreSQL (with any earlier batch not yet visible) in one
+    transaction. When a pull or `streamdi migrate` already made it visible this costs one query, and the stage
+    is still marked done."""
     batch_log = BatchLog(ctx.lake)
     warehouse = ctx.warehouse
     warehouse.ensure_objects(WAREHOUSE_TABLES)
-    report = migrate_batch(ctx.lake, warehouse, batch_id)
-    detail = {"rows": report.tables, "versions": report.versions}
+    report = migrate_batch(ctx.lake, warehouse, batch_id, mode="push")
+    detail = {"rows": report.tables, "versions": report.versions, "batches": list(report.batches)}
     fault_point("pipeline.before_mark_migrate")
     batch_log.mark(batch_id, "migrate", "done", now=_now(), detail=detail)
     return detail
@@ -89,6 +104,7 @@ class StepResult:
 class RunReport:
     collected: CollectResult
     steps: list[StepResult] = field(default_factory=list)
+    halted: list[Halt] = field(default_factory=list)  # halted stages that stop the run (nothing after them ran)
 
     @property
     def nothing_to_do(self) -> bool:
@@ -106,7 +122,8 @@ def run_pending(
     """Collect new files, then run every pending (batch, stage) in order until all are done.
 
     `upto` stops each batch after that stage (e.g. "transform": build the Delta warehouse, leave PostgreSQL
-    alone); the stages left out stay pending in the batch log.
+    alone); the stages left out stay pending in the batch log. A halted stage stops the run: nothing after it
+    runs (`RunReport.halted` says which) until an operator resumes it or skips its batch.
     """
     last = STAGES.index(upto)
     collected = collect_job(ctx)
@@ -124,4 +141,7 @@ def run_pending(
         report.steps.append(step)
         if on_step:
             on_step(step)
+        if detail.get("halted"):
+            break  # the stage halted its batch: nothing after it may run
+    report.halted = batch_log.halted()
     return report

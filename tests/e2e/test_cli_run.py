@@ -203,3 +203,40 @@ def test_db_start_keeps_the_embedded_server_running_until_db_stop(home: Path):
     stopped = cli(home, "db", "stop")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not server_running(settings)
+
+
+def test_a_halted_batch_stops_run_until_an_operator_skips_it(home: Path):
+    from streamdi.batchlog import BatchLog
+    from streamdi.collector import collect
+
+    settings = Settings(home=home)
+    settings.landing_dir.mkdir(parents=True)
+    (settings.landing_dir / "Batch1").mkdir()
+    (settings.landing_dir / "Batch1" / "TaxRate.txt").write_text("US1|tax|0.1\r\n")
+    batch_log = BatchLog(Lake(settings.lake_root))
+    now = dt.datetime(2024, 7, 1, 9, tzinfo=dt.UTC)
+    assert collect(batch_log, settings.landing_dir, now=now).batch_id == 1
+    batch_log.halt(1, "stage", "expect_column_values_to_not_be_null(tx_id) failed on 1 row", now=now)
+
+    halted = cli(home, "run")
+
+    assert halted.returncode == 3, halted.stderr
+    message = " ".join(halted.stderr.split())
+    reason = "expect_column_values_to_not_be_null(tx_id) failed on 1 row"
+    assert f"micro-batch 1 is HALTED (its stage step): {reason}" in message
+    assert "streamdi batch resume 1" in message and "streamdi batch skip 1 --reason TEXT" in message
+    assert batch_log.pending() == []  # nothing ran
+
+    missing_reason = cli(home, "batch", "skip", "1")
+    assert missing_reason.returncode == 2 and "--reason" in missing_reason.stderr
+    skipped = cli(home, "batch", "skip", "1", "--reason", "resent tomorrow")
+    assert skipped.returncode == 0, skipped.stderr
+    assert "micro-batch 1: skipped stage, transform, migrate (resent tomorrow)" in skipped.stdout
+    not_halted = cli(home, "batch", "resume", "1")
+    assert not_halted.returncode == 2 and "micro-batch 1 is not halted" in not_halted.stderr
+
+    after = cli(home, "run")
+
+    assert after.returncode == 0, after.stderr
+    assert "every batch is already done" in after.stdout
+    assert batch_log.states() == {(1, "stage"): "skipped", (1, "transform"): "skipped", (1, "migrate"): "skipped"}
