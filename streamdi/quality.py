@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterable
@@ -252,6 +253,10 @@ class Validator:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # no usage statistics sent anywhere
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        # that module pins its logger at INFO ("Created temporary directory ... for ephemeral docs site" on every
+        # run); let it follow the application's level like every other logger
+        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.NOTSET)
 
         self.suites = suites
         self._gx = gx
