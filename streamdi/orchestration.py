@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 STAGES: tuple[str, ...] = ("stage", "transform", "migrate")  # = streamdi.batchlog.STAGES (checked in tests)
 MIGRATION_MODES: tuple[str, ...] = ("push", "none")
-HALTED = "halted"
+HALTED = "halted"  # = streamdi.batchlog.HALTED (batchlog is not imported when DAG files are parsed)
 
 # The TPC-DI reference files of Batch1 (and its BatchDate): what `streamdi_setup` loads before any business data.
 REFERENCE_FILES: tuple[str, ...] = (
@@ -174,12 +174,9 @@ def collect_landed(settings: Settings | None = None) -> dict:
 
 
 def halted_steps(batch_log) -> list[tuple[int, str]]:
-    """(batch, stage) pairs whose latest state in the batch log is `halted`, oldest first.
-
-    The data-quality issue sets this state when a `halt` expectation fails; until then nothing writes it, and
-    this is the single place the orchestration asks.
-    """
-    return sorted(key for key, state in batch_log.states().items() if state == HALTED)
+    """(batch, stage) pairs whose latest state in the batch log is `halted`, oldest first (`BatchLog.halted`;
+    the stage step halts a batch when a `halt` check fails). The single place the orchestration asks."""
+    return [(h.batch_id, h.stage) for h in batch_log.halted()]
 
 
 def check_not_halted(batch_log, up_to_batch: int | None = None) -> None:
