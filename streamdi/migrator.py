@@ -1,4 +1,6 @@
-"""The migrator: moves committed warehouse changes from Delta into PostgreSQL `dw.*`, exactly once.
+"""The migrator: moves committed warehouse changes from Delta into PostgreSQL `dw.*`, and the data-quality record
+(`quality.results`, `quality.quarantine`) into `streamdi.quality_results` / `streamdi.quality_quarantine`, exactly
+once and in the same transactions (`MIGRATED_TABLES`).
 
 Two ways in, one migration unit each (one PostgreSQL transaction):
 - push: `migrate_batch(lake, warehouse, b)` is the dataflow's "migrate" stage (run right after batch b's
@@ -9,15 +11,23 @@ visible, and lands them all in one transaction (catch-up). Units always make a p
 each with its `streamdi.batch_metrics` row, so a batch already made visible one way is a cheap no-op for the
 other: `migrate_batch` returns after one query when the newest visible batch is not older than it.
 
-For each warehouse table it reads the Delta change feed from the version after the last one recorded in
-`streamdi.migration_ledger`, reduces it to the net change per key (last change wins, in commit order), and
-hands all tables to `Warehouse.apply_changes`, which applies them and writes the ledger in ONE PostgreSQL
-transaction: a batch becomes visible whole or not at all, and a crash anywhere leaves PostgreSQL at the
-previous ledger state, from which a rerun continues.
+For each migrated table it reads the Delta change feed from the version after the last one recorded in
+`streamdi.migration_ledger` (under the table's `ledger_key`: the bare name for warehouse tables, `quality.results`
+for the quality ones), reduces it to the net change per key (last change wins, in commit order), and hands all
+tables to `Warehouse.apply_changes`, which applies them and writes the ledger in ONE PostgreSQL transaction: a
+batch becomes visible whole -- its quality results and quarantined rows included -- or not at all, and a crash
+anywhere leaves PostgreSQL at the previous ledger state, from which a rerun continues. Tables absent from the lake
+(a lake whose stage never wrote a quality record) are skipped.
 
 Which Delta versions belong to a batch is read from the commits themselves: every streamdi commit carries
 its app transaction version (the micro-batch id), so migrating "up to batch b" takes each table's commits
-in order while they belong to batches <= b, whatever else has been committed since.
+in order while they belong to batches <= b, whatever else has been committed since. That holds for the quality
+tables too: each step commits them with app transaction `<step>/quality/<attempt>` (or `/quarantine/`) and the
+micro-batch as version, so a batch's quality rows become visible with its warehouse rows, even when it changed no
+warehouse table.
+
+`streamdi.batch_metrics.rows` counts the change rows of warehouse tables only: the quality record is about the
+data, not data, and leaving it out keeps the figures comparable with those of before it was migrated.
 """
 
 from __future__ import annotations
@@ -34,8 +44,9 @@ import pyarrow.compute as pc
 
 from schemas.model import Table
 from schemas.platform import BATCH_EVENTS, BATCH_FILES
+from schemas.quality import QUALITY_TABLES
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import DONE, BatchLog
+from streamdi.batchlog import DONE, SKIPPED, BatchLog
 from streamdi.faults import fault_point
 from streamdi.lake import CommitInfo, Lake
 
@@ -43,6 +54,9 @@ if TYPE_CHECKING:
     from streamdi.warehouse import Warehouse
 
 log = logging.getLogger(__name__)
+
+# What a migration unit lands by default, in this order inside its transaction.
+MIGRATED_TABLES: tuple[Table, ...] = WAREHOUSE_TABLES + QUALITY_TABLES
 
 
 def target_version(history: list[CommitInfo], after: int, batch_id: int) -> int:
@@ -126,7 +140,8 @@ def rows_per_batch(changes: pa.Table, history: list[CommitInfo]) -> dict[int, in
 class MigrationReport:
     """What one migration unit did. `batches` are the micro-batches it made visible (empty: nothing to do, or
     already visible); `tables` the rows applied per table; `versions` the Delta version each table is migrated
-    up to afterwards (tables absent from the lake are left out)."""
+    up to afterwards (tables absent from the lake are left out). Both are keyed by the ledger key (`dimtrade`,
+    `quality.results`); `rows` sums every table, the quality tables included."""
 
     batches: tuple[int, ...] = ()
     tables: dict[str, int] = field(default_factory=dict)
@@ -139,7 +154,7 @@ class MigrationReport:
 
 
 def migrate_batch(
-    lake: Lake, warehouse: Warehouse, batch_id: int, tables: tuple[Table, ...] = WAREHOUSE_TABLES, *, mode: str = "push"
+    lake: Lake, warehouse: Warehouse, batch_id: int, tables: tuple[Table, ...] = MIGRATED_TABLES, *, mode: str = "push"
 ) -> MigrationReport:
     """Make batch `batch_id` visible in PostgreSQL: every table's committed changes up to it, plus every earlier
     batch not yet visible, in ONE transaction. A no-op (one query) when the batch is already visible.
@@ -160,7 +175,7 @@ def pending_batches(lake: Lake, warehouse: Warehouse) -> list[int]:
 
 
 def migrate_pending(
-    lake: Lake, warehouse: Warehouse, tables: tuple[Table, ...] = WAREHOUSE_TABLES, *, mode: str = "pull"
+    lake: Lake, warehouse: Warehouse, tables: tuple[Table, ...] = MIGRATED_TABLES, *, mode: str = "pull"
 ) -> MigrationReport:
     """Make every committed-but-not-visible batch visible, all in ONE transaction (one migration unit)."""
     visible, versions = warehouse.migration_state()
@@ -178,6 +193,7 @@ class _BatchLogView:
 
     arrived: dict[int, dt.datetime]
     transformed: dict[int, dt.datetime]
+    skipped: frozenset[int] = frozenset()  # dropped by an operator before their transform: nothing to land
 
 
 def _read_batch_log(lake: Lake) -> _BatchLogView:
@@ -195,13 +211,14 @@ def _read_batch_log(lake: Lake) -> _BatchLogView:
     ):
         latest[batch_id] = (state, at)  # the latest event is the stage's state, as in BatchLog.states
     transformed = {b: at for b, (state, at) in latest.items() if state == DONE}
-    return _BatchLogView(arrived, transformed)
+    skipped = frozenset(b for b, (state, _) in latest.items() if state == SKIPPED)
+    return _BatchLogView(arrived, transformed, skipped)
 
 
 def _pending(batch_log: _BatchLogView, visible: int) -> list[int]:
     ready = []
     for batch_id in sorted(batch_log.arrived):
-        if batch_id not in batch_log.transformed:
+        if batch_id not in batch_log.transformed and batch_id not in batch_log.skipped:
             break  # batches commit in order; a later batch cannot be complete before this one
         if batch_id > visible:
             ready.append(batch_id)
@@ -218,7 +235,7 @@ def _migrate_upto(
     done_versions: dict[str, int],
     batch_log: _BatchLogView,
 ) -> MigrationReport:
-    from streamdi.warehouse import BatchMetric, TableChange
+    from streamdi.warehouse import BatchMetric, TableChange, ledger_key
 
     started = time.perf_counter()
     changes = []
@@ -227,15 +244,17 @@ def _migrate_upto(
     for table in tables:
         if not lake.exists(table):
             continue
-        after = done_versions.get(table.name, 0)
+        key = ledger_key(table)
+        after = done_versions.get(key, 0)
         history = lake.history(table)
         target = target_version(history, after, upto)
-        versions[table.name] = target
+        versions[key] = target
         if target <= after:
             continue
         feed = lake.changes(table, after + 1, target)
-        for batch_id, n in rows_per_batch(feed, history).items():
-            rows[batch_id] = rows.get(batch_id, 0) + n
+        if table.layer == "warehouse":  # batch_metrics.rows counts warehouse data only (see the module docstring)
+            for batch_id, n in rows_per_batch(feed, history).items():
+                rows[batch_id] = rows.get(batch_id, 0) + n
         upserts, deletes = net_changes(feed, table)
         changes.append(TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes))
     # The unit makes visible every batch of the log in (visible, upto], and `upto` itself.

@@ -1,7 +1,8 @@
-"""The PostgreSQL warehouse: the last hop of the data flow (`warehouse.*` Delta -> migrate -> `dw.*`).
+"""The PostgreSQL warehouse: the last hop of the data flow (`warehouse.*` Delta -> migrate -> `dw.*`, and the
+data-quality record `quality.*` Delta -> migrate -> `streamdi.quality_*`).
 
-The migrator hands this module the net changes of warehouse tables (`TableChange`, as Arrow tables read
-from the Delta change feed); `Warehouse.apply_changes` lands all of them in one PostgreSQL transaction
+The migrator hands this module the net changes of warehouse and quality tables (`TableChange`, as Arrow tables
+read from the Delta change feed); `Warehouse.apply_changes` lands all of them in one PostgreSQL transaction
 (COPY into temp tables, delete, upsert, ledger row), so a batch is visible entirely or not at all and a
 replay is a no-op. Reports and the CLI read through `Warehouse.query` as the read-only role;
 `Warehouse.read_snapshot` runs a query in one read-only snapshot together with the newest visible batch, so the
@@ -12,6 +13,8 @@ This is the only module that imports psycopg. Objects it owns:
 - schema `streamdi`: `migration_ledger`, one row per (table, Delta version) migrated, and `batch_metrics`, one
   row per micro-batch made visible (arrival, Delta commit and visible times, rows), written in the same
   transaction as the batch's data: a reader that sees a batch's metrics row sees all of its data;
+  `quality_results` and `quality_quarantine`, the declared `schemas.quality` tables, landed like `dw.*` tables
+  and in the same transactions (`ensure_objects` creates them whatever tables it is given);
 - roles `streamdi_loader` (writes dw and streamdi) and `streamdi_reader` (reads them, writes nothing).
 
 Connection: `settings.database_url` when set, else the embedded server (`streamdi.embedded_pg`). On the
@@ -39,6 +42,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from schemas.model import Table, decimal_precision
+from schemas.quality import QUALITY_TABLES
 from streamdi import embedded_pg
 from streamdi.faults import fault_point
 from streamdi.settings import Settings
@@ -49,8 +53,14 @@ Role = Literal["admin", "loader", "reader"]
 
 LOADER_ROLE = "streamdi_loader"
 READER_ROLE = "streamdi_reader"
-SCHEMA_BY_LAYER = {"warehouse": "dw"}
 PLATFORM_SCHEMA = "streamdi"
+# Where a declared table lands: the schema of its layer, and its name behind the layer's prefix. Warehouse tables
+# keep their names in `dw`; the quality tables sit next to the ledger as platform objects, and the prefix keeps
+# "results" from meaning nothing there (`quality.results` -> `streamdi.quality_results`).
+SCHEMA_BY_LAYER = {"warehouse": "dw", "quality": PLATFORM_SCHEMA}
+TABLE_PREFIX_BY_LAYER = {"quality": "quality_"}
+# Declared tables every database gets besides the caller's warehouse tables (see `ensure_objects`).
+PLATFORM_PG_TABLES: tuple[Table, ...] = QUALITY_TABLES
 LEDGER_TABLE = f"{PLATFORM_SCHEMA}.migration_ledger"
 METRICS_TABLE = f"{PLATFORM_SCHEMA}.batch_metrics"
 
@@ -98,7 +108,7 @@ class WarehouseSchemaError(RuntimeError):
 
 @dataclass
 class TableChange:
-    """Net changes of one warehouse table up to Delta version `delta_version`.
+    """Net changes of one migrated table (warehouse or quality) up to Delta version `delta_version`.
 
     `upserts` has every declared column, in declared order, with the Arrow types of
     `schemas.model.arrow_type`, at most one row per key; `deletes` has only the key columns. A key in both is
@@ -115,7 +125,8 @@ class TableChange:
 @dataclass(frozen=True)
 class BatchMetric:
     """A micro-batch a migration makes visible: when its last file arrived, when its Delta commits were done
-    (the batch log's transform mark), and how many change rows its commits carry over all warehouse tables."""
+    (the batch log's transform mark), and how many change rows its commits carry over all warehouse tables
+    (`dw.*` only: the quality record a batch leaves is not counted, so `rows` keeps meaning warehouse data)."""
 
     batch_id: int
     arrived_at: dt.datetime | None
@@ -145,11 +156,30 @@ def pg_type(logical: str) -> str:
 
 
 def pg_schema(table: Table) -> str:
-    """The PostgreSQL schema a declared table lives in (`warehouse` -> `dw`)."""
+    """The PostgreSQL schema a declared table lives in (`warehouse` -> `dw`, `quality` -> `streamdi`)."""
     try:
         return SCHEMA_BY_LAYER[table.layer]
     except KeyError:
         raise ValueError(f"{table.name}: layer {table.layer!r} has no PostgreSQL schema") from None
+
+
+def pg_name(table: Table) -> str:
+    """The table's name in its PostgreSQL schema: the declared name for the warehouse (`dimtrade`), the layer's
+    prefix plus the declared name otherwise (`quality_results`)."""
+    pg_schema(table)  # refuses layers that are not migrated
+    return TABLE_PREFIX_BY_LAYER.get(table.layer, "") + table.name
+
+
+def pg_qualified_name(table: Table) -> str:
+    """`schema.name` of the table in PostgreSQL (`dw.dimtrade`, `streamdi.quality_results`), unquoted."""
+    return f"{pg_schema(table)}.{pg_name(table)}"
+
+
+def ledger_key(table: Table) -> str:
+    """The table's `table_name` in `streamdi.migration_ledger`, which records Delta versions: the bare name for
+    warehouse tables (as since the first migration, so databases migrated before keep their ledger), the
+    qualified Delta name for every other layer (`quality.results`), which no warehouse name can collide with."""
+    return table.name if table.layer == "warehouse" else table.qualified_name
 
 
 def create_table_sql(table: Table) -> str:
@@ -158,12 +188,13 @@ def create_table_sql(table: Table) -> str:
     `table.key`. Idempotent; it never alters an existing table (see `Warehouse.ensure_objects`)."""
     if not table.key:
         raise ValueError(f"{table.name}: a PostgreSQL table needs a key (primary key and upsert key)")
-    qualified = f"{pg_schema(table)}.{_quote(table.name)}"
+    name = pg_name(table)
+    qualified = f"{pg_schema(table)}.{_quote(name)}"
     lines = [f"    {_quote(c.name)} {pg_type(c.type)}{'' if c.nullable else ' NOT NULL'}," for c in table.columns]
     lines.append(f"    PRIMARY KEY ({_column_list(table.key)})")
     statements = [f"CREATE TABLE IF NOT EXISTS {qualified} (\n" + "\n".join(lines) + "\n);"]
     for columns in table.pg_indexes:
-        index_name = f"{table.name}_{'_'.join(columns)}_idx"[:63]
+        index_name = f"{name}_{'_'.join(columns)}_idx"[:63]
         statements.append(f"CREATE INDEX IF NOT EXISTS {_quote(index_name)} ON {qualified} ({_column_list(columns)});")
     return "\n".join(statements)
 
@@ -192,7 +223,7 @@ class Warehouse:
         self.dedicated_roles = dedicated_roles
         self._manage_roles = manage_roles
         self._passwords = passwords
-        self._ensured: set[str] | None = None  # table names this handle has created or checked
+        self._ensured: set[str] | None = None  # qualified PostgreSQL names this handle has created or checked
 
     # -- connections ---------------------------------------------------------------------------------
 
@@ -239,13 +270,17 @@ class Warehouse:
     def ensure_objects(self, tables: Iterable[Table]) -> None:
         """Create what is missing, in one transaction serialized across processes: schemas `dw` and
         `streamdi`, the two roles and their privileges (including tables created later), the migration
-        ledger and one table (with its indexes) per declared table.
+        ledger, the batch metrics, one table (with its indexes) per declared table in `tables`, and the
+        platform's own declared tables (`PLATFORM_PG_TABLES`: the quality tables), which every caller gets
+        without naming them.
 
         Raises WarehouseSchemaError, creating nothing, when an existing table's columns, types,
-        nullability or primary key differ from the declaration. A handle checks each table once: later
-        calls with tables it already ensured return at once (the migrator calls this before every batch)."""
-        tables = list(tables)
-        if self._ensured is not None and all(t.name in self._ensured for t in tables):
+        nullability or primary key differ from the declaration (platform tables included). A handle checks
+        each table once: later calls with tables it already ensured return at once (the migrator calls this
+        before every batch)."""
+        by_name = {pg_qualified_name(t): t for t in (*tables, *PLATFORM_PG_TABLES)}
+        tables = list(by_name.values())
+        if self._ensured is not None and by_name.keys() <= self._ensured:
             return
         with self.connect("admin") as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.ensure_objects'))")
@@ -263,7 +298,7 @@ class Warehouse:
                 self._ensure_roles(conn)
             if self.dedicated_roles:
                 self._grant(conn)
-        self._ensured = (self._ensured or set()) | {t.name for t in tables}
+        self._ensured = (self._ensured or set()) | by_name.keys()
         log.info("warehouse objects ensured (%d declared tables)", len(tables))
 
     def _ensure_roles(self, conn: psycopg.Connection) -> None:
@@ -303,10 +338,10 @@ class Warehouse:
     def apply_changes(
         self, changes: Sequence[TableChange], batches: Sequence[BatchMetric] = (), mode: str = "push"
     ) -> dict[str, int]:
-        """Apply all `changes` in ONE transaction as the loader role and return rows applied per table
-        (upserted + deleted; 0 for a skipped change). `batches` are the micro-batches this migration unit
-        makes visible: each gets its `batch_metrics` row (`visible_at` = the clock right before COMMIT,
-        `mode` = push or pull) in the same transaction; a batch that already has one keeps it.
+        """Apply all `changes` in ONE transaction as the loader role and return rows applied per table, keyed
+        by `ledger_key` (upserted + deleted; 0 for a skipped change). `batches` are the micro-batches this
+        migration unit makes visible: each gets its `batch_metrics` row (`visible_at` = the clock right before
+        COMMIT, `mode` = push or pull) in the same transaction; a batch that already has one keeps it.
 
         Guarantees: either every change, its ledger row and the batches' metrics rows are committed, or
         nothing is (a crash at any point leaves the previous state). A change whose table already has a ledger
@@ -319,8 +354,8 @@ class Warehouse:
         with self.connect("loader") as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.migrate'))")
             for n, change in enumerate(changes):
-                name = change.table.name
-                applied[name] = applied.get(name, 0) + _apply_one(conn, change, n)
+                key = ledger_key(change.table)
+                applied[key] = applied.get(key, 0) + _apply_one(conn, change, n)
             if batches:
                 _record_batches(conn, batches, mode)
             fault_point("pg.before_commit")
@@ -328,12 +363,13 @@ class Warehouse:
         return applied
 
     def last_migrated_version(self, table_name: str) -> int | None:
-        """The highest Delta version of `table_name` recorded in the ledger, None if never migrated."""
+        """The highest Delta version of `table_name` (a `ledger_key`) recorded in the ledger, None if never
+        migrated."""
         _, rows = self.query(f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (table_name,))
         return rows[0][0]
 
     def migrated_versions(self) -> dict[str, int]:
-        """The highest migrated Delta version of every table in the ledger (one query)."""
+        """The highest migrated Delta version of every table in the ledger, by `ledger_key` (one query)."""
         _, rows = self.query(f"SELECT table_name, max(delta_version) FROM {LEDGER_TABLE} GROUP BY table_name")
         return dict(rows)
 
@@ -453,7 +489,8 @@ def _conninfo_as(url: str, user: str, password: str | None) -> str:
 def _drift(conn: psycopg.Connection, table: Table) -> list[str]:
     """Differences between an existing PostgreSQL table and its declaration ([] if absent or equal)."""
     schema = pg_schema(table)
-    qualified = f"{schema}.{table.name}"
+    qualified = pg_qualified_name(table)
+    regclass = f"{_quote(schema)}.{_quote(pg_name(table))}"
     found = conn.execute(
         """
         SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
@@ -461,7 +498,7 @@ def _drift(conn: psycopg.Connection, table: Table) -> list[str]:
         WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
         ORDER BY a.attnum
         """,
-        (f"{_quote(schema)}.{_quote(table.name)}",),
+        (regclass,),
     ).fetchall()
     if not found:
         return []
@@ -492,7 +529,7 @@ def _drift(conn: psycopg.Connection, table: Table) -> list[str]:
         WHERE i.indrelid = to_regclass(%s) AND i.indisprimary
         ORDER BY k.ord
         """,
-        (f"{_quote(schema)}.{_quote(table.name)}",),
+        (regclass,),
     ).fetchall()
     pk_columns = tuple(r[0] for r in pk)
     if pk_columns != table.key:
@@ -505,28 +542,26 @@ def _drift(conn: psycopg.Connection, table: Table) -> list[str]:
 
 def _check_change(change: TableChange) -> None:
     table = change.table
-    pg_schema(table)
+    pg_schema(table)  # refuses a layer that is not migrated
+    name = ledger_key(table)
     if change.upserts.column_names != table.column_names:
-        raise ValueError(
-            f"{table.name}: upserts have columns {change.upserts.column_names}, expected {table.column_names}"
-        )
+        raise ValueError(f"{name}: upserts have columns {change.upserts.column_names}, expected {table.column_names}")
     if change.deletes.column_names != list(table.key):
-        raise ValueError(f"{table.name}: deletes have columns {change.deletes.column_names}, expected {table.key}")
+        raise ValueError(f"{name}: deletes have columns {change.deletes.column_names}, expected {table.key}")
     keys = list(table.key)
     if change.upserts.num_rows and change.upserts.group_by(keys).aggregate([]).num_rows != change.upserts.num_rows:
-        raise ValueError(f"{table.name}: upserts hold more than one row for some key (changes must be net)")
+        raise ValueError(f"{name}: upserts hold more than one row for some key (changes must be net)")
 
 
 def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
     table = change.table
-    target = sql.SQL("{}.{}").format(sql.Identifier(pg_schema(table)), sql.Identifier(table.name))
-    done = conn.execute(
-        f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (table.name,)
-    ).fetchone()[0]
+    key = ledger_key(table)
+    target = sql.SQL("{}.{}").format(sql.Identifier(pg_schema(table)), sql.Identifier(pg_name(table)))
+    done = conn.execute(f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (key,)).fetchone()[0]
     if done is not None and done >= change.delta_version:
         log.info(
             "%s: Delta version %s already migrated (ledger at %s); skipped",
-            table.name,
+            key,
             change.delta_version,
             done,
         )
@@ -546,11 +581,11 @@ def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
         f"""INSERT INTO {LEDGER_TABLE}
             (table_name, delta_version, batch_id, rows_upserted, rows_deleted, started_at, committed_at)
             VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())""",
-        (table.name, change.delta_version, change.batch_id, upserted, deleted, started_at),
+        (key, change.delta_version, change.batch_id, upserted, deleted, started_at),
     )
     log.info(
         "%s: Delta version %s (batch %s): %d upserted, %d deleted",
-        table.name,
+        key,
         change.delta_version,
         change.batch_id,
         upserted,

@@ -348,3 +348,24 @@ def test_database_settings_gives_an_empty_database_of_its_own(target):
     name = target.query("SELECT current_database()")[1][0][0]
     assert name.startswith("mig_test_database_settings")
     assert target.query("SELECT count(*) FROM streamdi.batch_metrics")[1] == [(0,)]
+
+
+def test_a_pull_migrates_past_a_batch_an_operator_skipped(tmp_path, target):
+    stream = StreamLake(tmp_path / "lake")
+    first_batches(stream)
+    skipped = stream.batch(arrived_at=T0 + dt.timedelta(minutes=2), transform_done=False)
+    assert stream.log.skip(skipped, "delivered twice", now=T0 + dt.timedelta(minutes=3)) == [
+        "stage",
+        "transform",
+        "migrate",
+    ]
+    after = stream.batch(
+        arrived_at=T0 + dt.timedelta(minutes=4), trades=[trade_row(i, batchid=3) for i in range(36, 38)]
+    )
+
+    assert pending_batches(stream.lake, target) == [1, 2, skipped, after]
+    report = migrate_pending(stream.lake, target)
+    assert report.batches == (1, 2, 3, 4)
+    assert target.last_visible_batch() == after
+    assert trades_in_pg(target) == stream.model.summary()
+    assert [r[0] for r in trades_in_pg(target)][-2:] == [36, 37]

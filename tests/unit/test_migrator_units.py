@@ -1,4 +1,5 @@
-"""Pure parts of the migrator: which Delta versions belong to a batch, and the net change per key."""
+"""Pure parts of the migrator: which Delta versions belong to a batch, the net change per key, and where each
+migrated table lands (PostgreSQL table, ledger key)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import pyarrow as pa
 import pytest
 
 from schemas.model import Column, Table
+from schemas.quality import QUALITY_RESULTS, QUARANTINE
+from schemas.warehouse import DIM_TRADE, WAREHOUSE_TABLES
 from streamdi.lake import CommitInfo
-from streamdi.migrator import net_changes, rows_per_batch, target_version
+from streamdi.migrator import MIGRATED_TABLES, net_changes, rows_per_batch, target_version
+from streamdi.warehouse import create_table_sql, ledger_key, pg_qualified_name
 
 T = Table("t", "warehouse", (Column("id", "int", False), Column("v", "string")), key=("id",), order_by=("id",))
 
@@ -156,3 +160,30 @@ def test_rows_per_batch_counts_every_change_but_preimages_by_the_batch_of_its_co
         ]
     )
     assert rows_per_batch(changes, HISTORY) == {1: 2, 2: 1, 3: 1}
+
+
+def test_migrated_tables_are_the_warehouse_then_the_quality_tables_each_with_its_own_ledger_key_and_pg_table():
+    assert MIGRATED_TABLES[len(WAREHOUSE_TABLES) :] == (QUALITY_RESULTS, QUARANTINE)
+    assert MIGRATED_TABLES[: len(WAREHOUSE_TABLES)] == WAREHOUSE_TABLES
+    assert [(ledger_key(t), pg_qualified_name(t)) for t in (DIM_TRADE, QUALITY_RESULTS, QUARANTINE)] == [
+        ("dimtrade", "dw.dimtrade"),
+        ("quality.results", "streamdi.quality_results"),
+        ("quality.quarantine", "streamdi.quality_quarantine"),
+    ]
+    # warehouse tables keep the ledger keys databases migrated before already hold
+    assert [ledger_key(t) for t in WAREHOUSE_TABLES] == [t.name for t in WAREHOUSE_TABLES]
+    assert len({ledger_key(t) for t in MIGRATED_TABLES}) == len(MIGRATED_TABLES)
+    assert len({pg_qualified_name(t) for t in MIGRATED_TABLES}) == len(MIGRATED_TABLES)
+
+
+def test_quality_ddl_names_the_platform_table():
+    assert create_table_sql(QUARANTINE) == (
+        'CREATE TABLE IF NOT EXISTS streamdi."quality_quarantine" (\n'
+        '    "batch_id" bigint NOT NULL,\n'
+        '    "table_name" text NOT NULL,\n'
+        '    "row_key" text NOT NULL,\n'
+        '    "check_ids" text NOT NULL,\n'
+        '    "row" text NOT NULL,\n'
+        '    PRIMARY KEY ("batch_id", "table_name", "row_key")\n'
+        ");"
+    )
