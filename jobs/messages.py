@@ -30,6 +30,15 @@ Decisions where the spec is silent (it runs the query once after a whole batch):
   in order, so "as they stand" is "at the end of the batch so far").
 - Batch 0 (the spec's run of the query on the empty warehouse before Batch1) is written with the micro-batches
   of TPC-DI batch 1: every count 0, plus its PCR; it has no BatchDate, so its `messagedateandtime` is NULL.
+
+Step DM also writes one `Quality` row per data-quality check that failed in the micro-batch (staging suites in
+the stage step, warehouse suites after each transform step; `quality.results` has the figures):
+`messagesource` = the validated table (`staging.trade`, `warehouse.dimtrade`), `messagetext` = "Quality check
+failed: <check id>", `messagedata` = the expectation, its column and the check's policy, `messagekey` =
+`<table>/<check id>`. The row names no micro-batch and no count, so a check failing in any micro-batch of a
+TPC-DI batch gives the same single row whatever the split (the counts per micro-batch are in
+`streamdi.quality_results`). It goes to the newest TPC-DI batch the micro-batch carries. The type is not
+`Alert`: TPC-DI's alert counts stay those of the spec.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from pyspark.sql import functions as F
 from jobs.scope import BatchScope
 from schemas import warehouse as wh
 from schemas.model import Table
+from schemas.quality import QUALITY_RESULTS
 from schemas.warehouse import DI_MESSAGES
 from streamdi.context import JobContext
 from streamdi.spark import literal_frame
@@ -52,6 +62,8 @@ ALERT = "Alert"
 STATUS = "Status"
 VALIDATION = "Validation"
 PCR = "PCR"
+QUALITY = "Quality"
+QUALITY_TEXT = "Quality check failed: "
 PHASE_COMPLETE_SOURCE = "Phase Complete Record"
 PHASE_COMPLETE_TEXT = "Batch Complete"
 ROW_COUNT = "Row count"
@@ -214,10 +226,39 @@ def batch_messages_counted(
     return reduce(DataFrame.unionByName, parts)
 
 
+def quality_messages(ctx: JobContext, scope: BatchScope) -> DataFrame | None:
+    """One `Quality` message per check that failed in this micro-batch (any attempt), or None if none did."""
+    if not scope.source_batches or not ctx.lake.exists(QUALITY_RESULTS):
+        return None
+    results = ctx.lake.read_where(
+        QUALITY_RESULTS,
+        (pc.field("batch_id") == scope.batch_id) & (pc.field("success") == False),  # noqa: E712
+    )
+    failed = {(r["table_name"], r["check_id"]): r for r in results.to_pylist()}
+    if not failed:
+        return None
+    batchid = max(scope.source_batches)
+    rows = []
+    for (table, check), r in sorted(failed.items()):
+        on = f" on {r['column_name']}" if r["column_name"] else ""
+        data = f"{r['expectation']}{on}, policy {r['policy']}"
+        rows.append((batchid, table, QUALITY_TEXT + check, QUALITY, data, f"{table}/{check}"))
+    return literal_frame(
+        ctx.spark,
+        rows,
+        "batchid int, messagesource string, messagetext string, messagetype string, messagedata string, "
+        "messagekey string",
+    )
+
+
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Step DM: upsert the validation rows and phase complete record of the micro-batch's TPC-DI batches."""
+    """Step DM: upsert the validation rows and phase complete record of the micro-batch's TPC-DI batches, and a
+    row per failed data-quality check."""
     if not scope.source_batches or scope.committed(ctx, "DM", DI_MESSAGES):
         return {}
     rows = batch_messages_counted(ctx.spark, _counts(ctx), scope.source_batches)
+    quality = quality_messages(ctx, scope)
+    if quality is not None:
+        rows = rows.unionByName(quality)
     written = commit_messages(ctx, scope, "DM", rows)
     return {DI_MESSAGES.name: written} if written else {}

@@ -15,6 +15,11 @@ commits to them (batch order guarantees nothing later has been committed), so a 
 interrupted run would have computed. T1 and T2 depend only on T0: they run at the same time, in two threads
 (Spark runs their jobs side by side; their commits go to different tables, except DImessages, where each
 upserts only the alerts of its own tables under the table's commit lock).
+
+After a step commits, the warehouse suites of its tables run on what it wrote (`jobs.validate`). A failed
+`halt` check ends the run after that wave: `TransformReport.halts` says why, and the later steps (DM included)
+run only when an operator resumes the micro-batch (`attempt` then counts the resumes, and the halt checks of
+this micro-batch only warn).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from jobs import accounts, messages, reference, securities, trades
+from jobs import accounts, messages, reference, securities, trades, validate
 from jobs.scope import BatchScope, load_scope
 from streamdi.context import JobContext
 
@@ -52,27 +57,42 @@ STEPS: tuple[Step, ...] = (
 class TransformReport:
     batch_id: int
     rows: dict[str, int] = field(default_factory=dict)  # rows written per table
-    seconds: dict[str, float] = field(default_factory=dict)  # per step
+    seconds: dict[str, float] = field(default_factory=dict)  # per step (its warehouse suites included)
+    checks: dict[str, validate.StepChecks] = field(default_factory=dict)  # per step with warehouse suites
+    halts: list[str] = field(default_factory=list)  # failed halt checks: the run stopped after their wave
+
+    def outcomes(self) -> list:
+        return [o for c in self.checks.values() for o in c.all_outcomes()]
 
 
-def run(ctx: JobContext, batch_id: int, *, on_step: Callable[[str, float], None] | None = None) -> TransformReport:
+def run(
+    ctx: JobContext, batch_id: int, *, attempt: int = 0, on_step: Callable[[str, float], None] | None = None
+) -> TransformReport:
     """Run every step of micro-batch `batch_id` in dependency order: in waves of the steps whose dependencies
-    are done, the steps of a wave at the same time. A failing step fails the run once its wave has ended."""
+    are done, the steps of a wave at the same time, each followed by its warehouse suites. A failing step fails
+    the run once its wave has ended; a failed halt check stops it there (`report.halts`). `attempt` is the
+    number of times an operator resumed the micro-batch's transform."""
     scope = load_scope(ctx, batch_id)
     report = TransformReport(batch_id)
     for wave in waves(STEPS):
         if len(wave) == 1:
-            outcomes = [_timed(ctx, scope, wave[0])]
+            outcomes = [_timed(ctx, scope, wave[0], attempt)]
         else:
             with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="step") as pool:
-                futures = [pool.submit(_timed, ctx, scope, step) for step in wave]
+                futures = [pool.submit(_timed, ctx, scope, step, attempt) for step in wave]
             outcomes = [f.result() for f in futures]  # in declared order; raises the first failure
-        for step, (rows, elapsed) in zip(wave, outcomes, strict=True):
+        for step, (rows, checks, elapsed) in zip(wave, outcomes, strict=True):
             report.rows.update(rows)
             report.seconds[step.name] = round(elapsed, 3)
+            if checks is not None:
+                report.checks[step.name] = checks
+                report.halts.extend(checks.halts)
             log.info("batch %s step %s: %s in %.2fs", batch_id, step.name, rows, elapsed)
             if on_step:
                 on_step(step.name, elapsed)
+        if report.halts:
+            log.warning("micro-batch %s halted after %s: %s", batch_id, "+".join(s.name for s in wave), report.halts)
+            break
     return report
 
 
@@ -92,7 +112,14 @@ def waves(steps: tuple[Step, ...]) -> list[tuple[Step, ...]]:
     return out
 
 
-def _timed(ctx: JobContext, scope: BatchScope, step: Step) -> tuple[dict[str, int], float]:
+def _timed(
+    ctx: JobContext, scope: BatchScope, step: Step, attempt: int
+) -> tuple[dict[str, int], validate.StepChecks | None, float]:
     started = time.perf_counter()
     rows = step.run(ctx, scope)
-    return rows, time.perf_counter() - started
+    checks = (
+        validate.validate_step(ctx, scope.batch_id, step.name, attempt=attempt)
+        if step.name in validate.STEP_TABLES
+        else None
+    )
+    return rows, checks, time.perf_counter() - started

@@ -46,6 +46,29 @@ class Halt:
     reason: str
     at: dt.datetime
 
+    @property
+    def can_skip(self) -> bool:
+        """A batch halted in staging may be dropped; one halted by a warehouse check after a transform step has
+        committed to the Delta warehouse (which later batches build on) can only be resumed."""
+        return self.stage == "stage"
+
+    def commands(self) -> list[tuple[str, str]]:
+        """The operator's options: (command, what it does)."""
+        options = [
+            (
+                f"streamdi batch resume {self.batch_id}",
+                "let it go on: its halting checks then only warn for this batch (action overridden)",
+            )
+        ]
+        if self.can_skip:
+            options.append(
+                (
+                    f"streamdi batch skip {self.batch_id} --reason TEXT",
+                    "drop it: its staged rows stay for inspection but never reach the warehouse; later batches go on",
+                )
+            )
+        return options
+
 
 @dataclass(frozen=True)
 class LandedFile:
@@ -205,6 +228,11 @@ class BatchLog:
         left = [s for s in STAGES if states.get((batch_id, s)) not in FINISHED]
         if not left and all(states.get((batch_id, s)) == DONE for s in STAGES):
             raise BatchLogError(f"micro-batch {batch_id} is done; its rows are in the warehouse and cannot be skipped")
+        if states.get((batch_id, "transform")) == HALTED:
+            raise BatchLogError(
+                f"micro-batch {batch_id} halted after its transform committed to the Delta warehouse, which later "
+                f"batches build on; fix what the check found and run `streamdi batch resume {batch_id}` instead"
+            )
         if states.get((batch_id, "transform")) == DONE:
             raise BatchLogError(
                 f"micro-batch {batch_id} is already transformed into the Delta warehouse; only its migration is left, "

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -150,6 +151,12 @@ class Lake:
     def read_columns(self, table: Table, columns: list[str]) -> pa.Table:
         """Only `columns` of the latest snapshot, read with delta-rs (no Spark), in no particular order."""
         return self._delta(table).to_pyarrow_table(columns=columns)
+
+    def read_where(self, table: Table, condition: pc.Expression) -> pa.Table:
+        """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
+        Spark), in the declared column types and no particular order."""
+        data = self._delta(table).to_pyarrow_dataset().to_table(filter=condition)
+        return data.select(table.column_names).cast(table.arrow_schema())
 
     def committed_version(self, table: Table, app_id: str) -> int | None:
         """Last transaction version recorded for `app_id` on `table` (None if never)."""

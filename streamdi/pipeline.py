@@ -63,10 +63,19 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
 
 
 def transform_job(ctx: JobContext, batch_id: int) -> dict:
+    """Run the transaction graph, each step followed by its warehouse suites. A failed halt check halts the
+    batch's transform in the batch log (its later steps and its migration wait for an operator; the detail then
+    has `halted`); otherwise the stage is marked done."""
+    warm_up()  # the warehouse suites need Great Expectations after the first step
     batch_log = BatchLog(ctx.lake)
-    report = transform.run(ctx, batch_id)
-    detail = {"rows": report.rows, "seconds": report.seconds}
+    report = transform.run(ctx, batch_id, attempt=batch_log.resumes(batch_id, "transform"))
+    detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
     fault_point("pipeline.before_mark_transform")
+    if report.halts:
+        detail["halted"] = "; ".join(report.halts)
+        batch_log.halt(batch_id, "transform", detail["halted"], now=_now())
+        log.warning("micro-batch %s halted: %s", batch_id, detail["halted"])
+        return detail
     batch_log.mark(batch_id, "transform", "done", now=_now(), detail=detail)
     return detail
 

@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -157,6 +158,18 @@ def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
         for column in _columns(check.kwargs):
             if column not in table.column_names:
                 raise SuiteError(f"{where}: {column!r} is not a column of {name}")
+        if "row_condition" in check.kwargs:
+            if check.kwargs.get("condition_parser") != "pandas":
+                raise SuiteError(
+                    f"{where}: a row_condition needs `condition_parser: pandas` (the engine streamdi uses)"
+                )
+            if not _condition_columns(check.kwargs, table):
+                raise SuiteError(f"{where}: row_condition {check.kwargs['row_condition']!r} names no column of {name}")
+        if check.policy == "quarantine" and table.layer != "staging":
+            raise SuiteError(
+                f"{where}: policy quarantine is for staging suites; a {table.layer} row is already committed and "
+                "may be referenced by other tables (use warn or halt, and quarantine the source rows in staging)"
+            )
         if check.policy == "quarantine" and not _row_level(impl):
             raise SuiteError(
                 f"{where}: policy quarantine needs a row-level expectation (column values, column pairs or "
@@ -171,6 +184,18 @@ def _columns(kwargs: dict[str, Any]) -> list[str]:
     for a in _COLUMN_LIST_ARGS:
         names.extend(kwargs.get(a) or [])
     return names
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _condition_columns(kwargs: dict[str, Any], table: Table) -> list[str]:
+    """The table's columns a `row_condition` (a pandas query, e.g. `iscurrent == True`) refers to."""
+    condition = kwargs.get("row_condition")
+    if not condition:
+        return []
+    names = set(table.column_names)
+    return sorted({word for word in _IDENTIFIER.findall(str(condition)) if word in names})
 
 
 def _row_level(impl: type) -> bool:
@@ -342,8 +367,10 @@ class Validator:
 def _frame(suite: Suite, rows: pa.Table):
     """The pandas frame the checks see: only the columns they name (all of them for table-level expectations
     that look at the whole schema), decimals as float64 (Python Decimal objects make pandas 10x slower; the
-    bounds in suites are plain numbers, and a decimal(p,s) with p <= 15 converts exactly enough to compare)."""
-    used = {c for check in suite.checks for c in _columns(check.kwargs)}
+    bounds in suites are plain numbers, and a decimal(p,s) with p <= 15 converts exactly enough to compare).
+    Dates stay Python dates (pandas timestamps end in 2262; SCD2 versions end in 9999): compare them with
+    between bounds, not value sets (a date in a value set cannot be saved in a Great Expectations suite)."""
+    used = {c for check in suite.checks for c in _columns(check.kwargs) + _condition_columns(check.kwargs, suite.table)}
     whole = any(not _columns(check.kwargs) for check in suite.checks)
     names = rows.column_names if whole or not used else [c for c in rows.column_names if c in used]
     columns = []

@@ -387,12 +387,16 @@ def test_resuming_a_batch_that_is_not_halted_is_refused(batch_log):
 
 def test_skipping_drops_the_rest_of_a_batch_and_lets_later_batches_run(batch_log):
     three_batches(batch_log)
-    batch_log.mark(1, "stage", "done", now=NOW)
-    batch_log.halt(1, "transform", "unknown status codes", now=NOW)
+    batch_log.halt(1, "stage", "unknown status codes", now=NOW)
+    [halt] = batch_log.halted()
+    assert [command for command, _ in halt.commands()] == [
+        "streamdi batch resume 1",
+        "streamdi batch skip 1 --reason TEXT",
+    ]
 
     with pytest.raises(BatchLogError, match="needs a reason"):
         batch_log.skip(1, "  ", now=LATER)
-    assert batch_log.skip(1, "file resent as batch 3", now=LATER) == ["transform", "migrate"]
+    assert batch_log.skip(1, "file resent as batch 3", now=LATER) == ["stage", "transform", "migrate"]
 
     assert batch_log.halted() == []
     assert batch_log.skipped_batches() == frozenset({1})
@@ -403,11 +407,23 @@ def test_skipping_drops_the_rest_of_a_batch_and_lets_later_batches_run(batch_log
         "files": 1,
         "source_batches": [1],
         "arrived_at": None,
-        "stage": "done",
+        "stage": "skipped",
         "transform": "skipped",
         "migrate": "skipped",
     }
     assert batch_log.skip(1, "again", now=LATER) == []  # already skipped: nothing new
+
+
+def test_a_batch_halted_after_its_transform_committed_cannot_be_skipped_only_resumed(batch_log):
+    three_batches(batch_log)
+    batch_log.mark(1, "stage", "done", now=NOW)
+    batch_log.halt(1, "transform", "two current versions of customer 7", now=NOW)
+    with pytest.raises(BatchLogError, match="streamdi batch resume 1"):
+        batch_log.skip(1, "bad customers", now=LATER)
+    assert batch_log.skipped_batches() == frozenset()
+    [halt] = batch_log.halted()
+    assert [command for command, _ in halt.commands()] == ["streamdi batch resume 1"]  # no skip offered
+    assert batch_log.resume(1, now=LATER) == "transform"
 
 
 def test_a_transformed_or_unknown_batch_cannot_be_skipped(batch_log):

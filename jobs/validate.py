@@ -1,0 +1,122 @@
+"""Warehouse suites: validate what a transform step wrote, right after its commits and before migration.
+
+The suites are `expectations/warehouse/<table>.yml` (see `streamdi.quality`). After step T0..T3 of a
+micro-batch commits, each table it builds that has a suite is validated on **the rows this micro-batch wrote
+to it**: the inserts and update post-images of the step's commit (app transaction `<step>/<table>`, version =
+micro-batch id), read back from the Delta change data feed. Validating the commit, not the step's in-memory
+DataFrame, makes a rerun after a crash (when the step skips its committed tables) validate exactly the same
+rows, and it checks what reaches PostgreSQL.
+
+For a history-keeping (SCD2) table the rows also include the versions still current of every natural key the
+micro-batch touched, so "one current version per key" sees the version a broken step would have forgotten to
+close. Table-wide invariants that need the whole table (every surrogate key resolving to a version valid at the
+right time, audit counts) belong to `streamdi audit`.
+
+Policies: `warn` records; `halt` stops the micro-batch's transform after the step's wave (the later steps do not
+run, the batch is not migrated) until an operator resumes it, after which the check only warns for it
+(`overridden`). Warehouse suites never quarantine: a committed row may already be referenced (the suite loader
+refuses it). Results go to `quality.results` once per (step, attempt): app transaction
+`transform/quality/<step>/<attempt>`, version = micro-batch id.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas import warehouse as wh
+from schemas.model import Table
+from schemas.quality import QUALITY_RESULTS
+from streamdi.context import JobContext
+from streamdi.lake import Lake
+from streamdi.quality import CheckOutcome, validator
+
+log = logging.getLogger(__name__)
+
+# The warehouse tables each step commits that may have a suite.
+STEP_TABLES: dict[str, tuple[Table, ...]] = {
+    "T0": (wh.DIM_BROKER,),
+    "T1": (wh.DIM_COMPANY, wh.DIM_SECURITY, wh.FINANCIAL),
+    "T2": (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT),
+    "T3": (wh.DIM_TRADE,),
+}
+# Natural key of each SCD2 table: its current versions of the keys a micro-batch touched join the validated rows.
+NATURAL_KEYS: dict[str, str] = {
+    wh.DIM_BROKER.name: "brokerid",
+    wh.DIM_COMPANY.name: "companyid",
+    wh.DIM_SECURITY.name: "symbol",
+    wh.DIM_CUSTOMER.name: "customerid",
+    wh.DIM_ACCOUNT.name: "accountid",
+}
+_WRITTEN = pa.array(["insert", "update_postimage"])
+
+
+@dataclass
+class StepChecks:
+    """What the warehouse suites found after one step: outcomes per table, and the reasons of any halt."""
+
+    step: str
+    outcomes: dict[str, list[CheckOutcome]] = field(default_factory=dict)  # qualified table -> outcomes
+    rows: dict[str, int] = field(default_factory=dict)  # qualified table -> rows validated
+    halts: list[str] = field(default_factory=list)
+
+    def all_outcomes(self) -> list[CheckOutcome]:
+        return [o for outcomes in self.outcomes.values() for o in outcomes]
+
+
+def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Table | None:
+    """The rows micro-batch `batch_id`'s commit `app_id` wrote to `table` (inserts and update post-images, in
+    the declared order), or None when that commit does not exist."""
+    if not lake.exists(table):
+        return None
+    commit = next((c for c in reversed(lake.history(table)) if c.app_id == app_id and c.txn_version == batch_id), None)
+    if commit is None:
+        return None
+    feed = lake.changes(table, commit.table_version, commit.table_version)
+    rows = feed.filter(pc.is_in(feed["_change_type"], value_set=_WRITTEN)).select(table.column_names)
+    natural = NATURAL_KEYS.get(table.name)
+    if natural and rows.num_rows:
+        current = lake.read_where(
+            table,
+            (pc.field("iscurrent") == True) & pc.field(natural).isin(pc.unique(rows[natural])),  # noqa: E712
+        )
+        written_keys = pc.unique(rows[table.key[0]])
+        extra = current.filter(pc.invert(pc.is_in(current[table.key[0]], value_set=written_keys)))
+        if extra.num_rows:
+            rows = pa.concat_tables([rows, extra.select(table.column_names).cast(rows.schema)])
+    return rows.sort_by([(c, "ascending") for c in table.order_by])
+
+
+def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0) -> StepChecks:
+    """Run the suite of every table `step` committed in micro-batch `batch_id`, record the results once per
+    (step, attempt), and return what they found. From attempt 1 on (after a resume) halt checks only warn."""
+    checks = StepChecks(step)
+    tables = [t for t in STEP_TABLES.get(step, ()) if validator().suite_for(t) is not None]
+    if not tables:
+        return checks
+    quality = validator()
+    results = []
+    for table in tables:
+        rows = written_rows(ctx.lake, table, f"{step}/{table.name}", batch_id)
+        if rows is None or rows.num_rows == 0:
+            continue
+        suite = quality.suite_for(table)
+        validated = quality.validate(suite, rows, batch_id, resumed=attempt > 0)
+        checks.outcomes[suite.name] = validated.outcomes
+        checks.rows[suite.name] = rows.num_rows
+        checks.halts.extend(o.describe(suite.name) for o in validated.halts)
+        results.append(validated.result_rows(batch_id, attempt))
+        for o in validated.outcomes:
+            if not o.success:
+                log.warning("micro-batch %s after %s: %s (%s)", batch_id, step, o.describe(suite.name), o.action)
+    if results:
+        ctx.lake.append(
+            QUALITY_RESULTS,
+            pa.concat_tables(results),
+            app_id=f"transform/quality/{step}/{attempt}",
+            version=batch_id,
+        )
+    return checks

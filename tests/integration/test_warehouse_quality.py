@@ -1,0 +1,283 @@
+"""Warehouse suites (`jobs.validate`): after a transform step commits, its tables are validated on the rows this
+micro-batch wrote (plus the still-current versions of the keys it touched), results are recorded once per
+attempt, a failed halt check halts the transform before migration until an operator resumes it, and step DM
+writes one `Quality` DImessages row per failed check."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from builders import source_line, write_landing_file
+
+from jobs import validate
+from schemas import sources as src
+from schemas import warehouse as wh
+from schemas.quality import QUALITY_RESULTS
+from streamdi import quality
+from streamdi.batchlog import BatchLog, BatchLogError
+from streamdi.collector import collect
+from streamdi.context import JobContext
+from streamdi.lake import Lake
+from streamdi.pipeline import stage_job, transform_job
+from streamdi.quality import SuiteError, Validator, load_suites
+from streamdi.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+NOW = dt.datetime(2024, 7, 1, 9, 0, tzinfo=dt.UTC)
+END = dt.date(9999, 12, 31)
+
+
+@pytest.fixture
+def ctx(spark, tmp_path) -> JobContext:
+    settings = Settings(home=tmp_path / "home", spark_master="local[2]")
+    return JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
+
+
+def suites_in(tmp_path: Path, **files: str) -> Path:
+    root = tmp_path / "expectations"
+    for name, text in files.items():
+        layer, table = name.split("__")
+        (root / layer).mkdir(parents=True, exist_ok=True)
+        (root / layer / f"{table}.yml").write_text(text)
+    return root
+
+
+def customer(sk: int, customerid: int, *, current: bool, start: str, end: dt.date = END, tier: int = 1) -> dict:
+    return {
+        "sk_customerid": sk,
+        "customerid": customerid,
+        "taxid": "123-45-6789",
+        "status": "Active",
+        "lastname": "Doe",
+        "firstname": "Jo",
+        "middleinitial": None,
+        "gender": "F",
+        "tier": tier,
+        "dob": dt.date(1980, 1, 2),
+        "addressline1": "1 Main St",
+        "addressline2": None,
+        "postalcode": "12345",
+        "city": "Town",
+        "stateprov": "NY",
+        "country": "USA",
+        "phone1": None,
+        "phone2": None,
+        "phone3": None,
+        "email1": None,
+        "email2": None,
+        "nationaltaxratedesc": None,
+        "nationaltaxrate": None,
+        "localtaxratedesc": None,
+        "localtaxrate": None,
+        "iscurrent": current,
+        "batchid": 1,
+        "effectivedate": dt.date.fromisoformat(start),
+        "enddate": end,
+    }
+
+
+def commit_customers(ctx: JobContext, batch_id: int, rows: list[dict]) -> None:
+    data = pa.Table.from_pylist(rows, schema=wh.DIM_CUSTOMER.arrow_schema())
+    ctx.lake.upsert(wh.DIM_CUSTOMER, data, app_id="T2/dimcustomer", version=batch_id)
+
+
+def results(ctx: JobContext) -> list[tuple]:
+    return [
+        (
+            r["batch_id"],
+            r["attempt"],
+            r["table_name"],
+            r["check_id"],
+            r["action"],
+            r["element_count"],
+            r["unexpected_count"],
+        )
+        for r in ctx.lake.read_arrow(QUALITY_RESULTS).to_pylist()
+        if not r["success"]
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ suites
+@pytest.mark.parametrize(
+    ("check", "message"),
+    [
+        (
+            "{id: c, expectation: expect_column_values_to_not_be_null, kwargs: {column: tier}, policy: quarantine}",
+            "policy quarantine is for staging suites",
+        ),
+        (
+            "{id: c, expectation: expect_column_values_to_not_be_null, "
+            "kwargs: {column: tier, row_condition: iscurrent == True}, policy: warn}",
+            "needs `condition_parser: pandas`",
+        ),
+        (
+            "{id: c, expectation: expect_column_values_to_not_be_null, "
+            "kwargs: {column: tier, row_condition: nosuchcolumn > 1, condition_parser: pandas}, policy: warn}",
+            "names no column of warehouse.dimcustomer",
+        ),
+    ],
+)
+def test_a_warehouse_suite_that_cannot_work_is_refused_with_the_file_and_check(tmp_path, check, message):
+    root = suites_in(tmp_path, warehouse__dimcustomer=f"table: warehouse.dimcustomer\nchecks:\n  - {check}\n")
+    with pytest.raises(SuiteError, match=message) as raised:
+        load_suites(root)
+    assert "dimcustomer.yml: check 1 (c)" in str(raised.value)
+
+
+def test_the_shipped_warehouse_suites_load_and_cover_every_table_a_step_builds():
+    suites = load_suites()
+    built = {t.qualified_name for tables in validate.STEP_TABLES.values() for t in tables}
+    assert built == {
+        "warehouse.dimbroker",
+        "warehouse.dimcompany",
+        "warehouse.dimsecurity",
+        "warehouse.financial",
+        "warehouse.dimcustomer",
+        "warehouse.dimaccount",
+        "warehouse.dimtrade",
+    }
+    assert built <= set(suites)
+    for name in built:  # every SCD2 table halts on a second current version; DimTrade on a second row per trade
+        assert any(c.policy == "halt" for c in suites[name].checks) or name == "warehouse.financial"
+
+
+# ------------------------------------------------------------------------------------------------ rows checked
+def test_the_rows_checked_are_this_micro_batchs_writes_plus_the_current_versions_of_the_keys_it_touched(ctx):
+    commit_customers(
+        ctx,
+        1,
+        [customer(10, 7, current=True, start="2017-07-01"), customer(20, 8, current=True, start="2017-07-01")],
+    )
+    # micro-batch 2 adds a version of customer 7 but (a bug) leaves version 10 open; customer 8 is untouched
+    commit_customers(ctx, 2, [customer(11, 7, current=True, start="2017-07-09")])
+
+    rows = validate.written_rows(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 2)
+    assert [(r["sk_customerid"], r["customerid"], r["iscurrent"]) for r in rows.to_pylist()] == [
+        (10, 7, True),
+        (11, 7, True),
+    ]
+    assert validate.written_rows(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 3) is None
+    assert validate.written_rows(ctx.lake, wh.DIM_CUSTOMER, "T1/dimcustomer", 2) is None
+
+    checks = validate.validate_step(ctx, 2, "T2")
+    assert checks.rows == {"warehouse.dimcustomer": 2}
+    assert checks.halts == [
+        "warehouse.dimcustomer: check one_current_version_per_customer (expect_column_values_to_be_unique) "
+        "failed on 2 of 2 rows"
+    ]
+    assert results(ctx) == [(2, 0, "warehouse.dimcustomer", "one_current_version_per_customer", "halted", 2, 2)]
+
+    # the same attempt again (a crash before the batch log heard of it) records nothing twice
+    validate.validate_step(ctx, 2, "T2")
+    assert len(results(ctx)) == 1
+    # after a resume (attempt 1) the halt check only warns
+    resumed = validate.validate_step(ctx, 2, "T2", attempt=1)
+    assert resumed.halts == []
+    assert results(ctx)[1] == (2, 1, "warehouse.dimcustomer", "one_current_version_per_customer", "overridden", 2, 2)
+
+
+def test_a_correct_scd2_change_passes_every_shipped_check(ctx):
+    commit_customers(ctx, 1, [customer(10, 7, current=True, start="2017-07-01")])
+    commit_customers(
+        ctx,
+        2,
+        [
+            customer(10, 7, current=False, start="2017-07-01", end=dt.date(2017, 7, 9)),
+            customer(11, 7, current=True, start="2017-07-09", tier=4),
+        ],
+    )
+    checks = validate.validate_step(ctx, 2, "T2")
+    assert checks.halts == []
+    failed = {(o.check.id, o.action, o.unexpected_count) for o in checks.all_outcomes() if not o.success}
+    assert failed == {("tier_is_1_2_or_3", "warned", 1)}  # tier 4: a TPC-DI alert case, recorded, not stopped
+
+
+# ------------------------------------------------------------------------------------------------ in the dataflow
+BROKER_SUITE = """
+table: warehouse.dimbroker
+checks:
+  - id: broker_ids_below_1000
+    expectation: expect_column_values_to_be_between
+    kwargs: {column: brokerid, max_value: 999}
+    policy: halt
+    why: a test rule the second broker breaks
+  - id: has_a_phone
+    expectation: expect_column_values_to_not_be_null
+    kwargs: {column: phone}
+    policy: warn
+"""
+
+
+def hr_line(employee: int, phone: str | None = "555-0100") -> str:
+    fields = [str(employee), "1", "Ann", "Lee", "", "314", "Branch", "Office", phone or ""]
+    return ",".join(fields)
+
+
+def test_a_halt_check_after_a_step_halts_the_transform_before_migration_until_resumed(ctx, tmp_path, monkeypatch):
+    monkeypatch.setattr(
+        quality, "_validator", Validator(load_suites(suites_in(tmp_path, warehouse__dimbroker=BROKER_SUITE)))
+    )
+    landing = ctx.settings.landing_dir
+    write_landing_file(landing / "Batch1" / "BatchDate.txt", [source_line(src.BATCH_DATE, batchdate="2017-07-07")])
+    write_landing_file(landing / "Batch1" / "Date.txt", [source_line(src.DATE_FILE)])
+    write_landing_file(landing / "Batch1" / "HR.csv", [hr_line(5), hr_line(1234, phone=None)])
+    batch_log = BatchLog(ctx.lake)
+    assert collect(batch_log, landing, now=NOW).batch_id == 1
+    stage_job(ctx, 1)
+
+    detail = transform_job(ctx, 1)
+    reason = (
+        "warehouse.dimbroker: check broker_ids_below_1000 (expect_column_values_to_be_between) failed on 1 of 2 rows"
+    )
+    assert detail["halted"] == reason
+    assert [(h.batch_id, h.stage, h.reason) for h in batch_log.halted()] == [(1, "transform", reason)]
+    assert batch_log.pending() == []  # nothing runs, migration included
+    assert ctx.lake.row_count(wh.DIM_BROKER) == 2  # T0 committed: the check sees what was written
+    assert not ctx.lake.exists(wh.DI_MESSAGES)  # the steps after T0's wave (DM included) did not run
+    with pytest.raises(BatchLogError, match="batch resume 1"):
+        batch_log.skip(1, "bad brokers", now=NOW)
+
+    batch_log.resume(1, now=NOW, note="broker 1234 is real")
+    detail = transform_job(ctx, 1)
+    assert "halted" not in detail
+    assert detail["checks"] == {"overridden": 1, "warned": 1}
+    assert batch_log.is_done(1, "transform")
+    assert results(ctx) == [
+        (1, 0, "warehouse.dimbroker", "broker_ids_below_1000", "halted", 2, 1),
+        (1, 0, "warehouse.dimbroker", "has_a_phone", "warned", 2, 1),
+        (1, 1, "warehouse.dimbroker", "broker_ids_below_1000", "overridden", 2, 1),
+        (1, 1, "warehouse.dimbroker", "has_a_phone", "warned", 2, 1),
+    ]
+    detail_json = json.loads(
+        next(r["detail"] for r in ctx.lake.read_arrow(QUALITY_RESULTS).to_pylist() if r["action"] == "halted")
+    )
+    assert detail_json["failing_values"] == [1234]
+
+    quality_messages = [
+        {k: m[k] for k in ("batchid", "messagesource", "messagetext", "messagetype", "messagedata", "messagekey")}
+        for m in ctx.lake.read_arrow(wh.DI_MESSAGES).to_pylist()
+        if m["messagetype"] == "Quality"
+    ]
+    assert quality_messages == [
+        {
+            "batchid": 1,
+            "messagesource": "warehouse.dimbroker",
+            "messagetext": "Quality check failed: broker_ids_below_1000",
+            "messagetype": "Quality",
+            "messagedata": "expect_column_values_to_be_between on brokerid, policy halt",
+            "messagekey": "warehouse.dimbroker/broker_ids_below_1000",
+        },
+        {
+            "batchid": 1,
+            "messagesource": "warehouse.dimbroker",
+            "messagetext": "Quality check failed: has_a_phone",
+            "messagetype": "Quality",
+            "messagedata": "expect_column_values_to_not_be_null on phone, policy warn",
+            "messagekey": "warehouse.dimbroker/has_a_phone",
+        },
+    ]
