@@ -1,4 +1,4 @@
-"""streamdi_quality_report: regenerate the report page whenever a warehouse changes (or when triggered)."""
+"""streamdi_quality_report: regenerate the data-quality report whenever a warehouse changes (or when triggered)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from streamdi import orchestration
 
 with DAG(
     dag_id="streamdi_quality_report",
-    description="Regenerate the streamdi report page (<STREAMDI_HOME>/reports/index.html)",
+    description="Regenerate the data-quality report and Data Docs (<STREAMDI_HOME>/reports/quality/)",
     schedule=DELTA_WAREHOUSE | POSTGRES_WAREHOUSE,
     start_date=START_DATE,
     catchup=False,
@@ -20,9 +20,18 @@ with DAG(
     tags=[*TAGS, "quality"],
     doc_md=f"""
 ### streamdi quality report
-Runs whenever the Delta or the PostgreSQL warehouse asset is updated (and on demand). **write_report**
-renders the batch log (every micro-batch × stage with its state) as `<STREAMDI_HOME>/reports/index.html`:
-open the {REPORT_LINK}. The data-quality suites will add their results to this page.
+Runs whenever the Delta or the PostgreSQL warehouse asset is updated (and on demand). **write_report** reads the
+validation results (Delta `quality.results`, `quality.quarantine`) and the batch log, and writes:
+
+- `<STREAMDI_HOME>/reports/quality/index.html`, the {REPORT_LINK}: every micro-batch × validated table with the
+  worst action of its checks (pass, warn, overridden, quarantined, halted) and the failing checks; a halted batch
+  with its reason and the two operator commands (`streamdi batch resume K`, `streamdi batch skip K --reason TEXT`);
+  failure rates per batch; quarantined rows per table and how to retrieve them;
+- Great Expectations Data Docs in `reports/quality/data_docs/` (one validation page per micro-batch, attempt and
+  table, rebuilt from the stored results; each cell of the report links to its page);
+- the batch-log page `<STREAMDI_HOME>/reports/index.html` (micro-batch × stage states).
+
+The same report from a shell: `streamdi quality report`. See docs/reports.md.
 """,
 ) as dag:
 

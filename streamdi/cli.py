@@ -31,6 +31,8 @@ db_app = typer.Typer(help="The embedded PostgreSQL server.", no_args_is_help=Tru
 app.add_typer(db_app, name="db")
 batch_app = typer.Typer(help="Operator actions on one micro-batch (halted batches).", no_args_is_help=True)
 app.add_typer(batch_app, name="batch")
+quality_app = typer.Typer(help="Data-quality results of the validation suites.", no_args_is_help=True)
+app.add_typer(quality_app, name="quality")
 app.add_typer(_generate_app, name="generate")
 app.command("airflow")(airflow_command)
 console = Console(soft_wrap=True)
@@ -212,6 +214,9 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
                 text += f"; not staged (no declared source): {shown}" + (f" and {more} more" if more > 0 else "")
         else:
             text = ", ".join(f"{t} {n}" for t, n in sorted(d["rows"].items())) or "no changes"
+            failed = {a: n for a, n in d.get("checks", {}).items() if a != "passed"}
+            if failed:
+                text += "; warehouse checks: " + ", ".join(f"{n} {a}" for a, n in sorted(failed.items()))
         verb = "HALTED after" if d.get("halted") else "done in"
         console.print(f"  batch {step.batch_id} {step.stage:<9} {verb} {step.seconds:5.1f}s: {text}")
 
@@ -221,11 +226,11 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
 
     report = run_pending(ctx, on_collect=show_collected, on_plan=show_plan, on_step=show_step)
     for halt in report.halted:
+        options = " or ".join(f"`{command}` ({what})" for command, what in halt.commands())
         err.print(
             f"[red]micro-batch {halt.batch_id} is HALTED (its {halt.stage} step): {halt.reason}[/red]\n"
-            f"  it and every later batch wait; after checking the data, resume it with "
-            f"`streamdi batch resume {halt.batch_id}` or drop it with "
-            f"`streamdi batch skip {halt.batch_id} --reason TEXT`"
+            f"  it and every later batch wait; after checking the data: {options}.\n"
+            f"  Details: `streamdi quality report`."
         )
     if report.halted:
         raise typer.Exit(HALTED_EXIT)
@@ -577,7 +582,8 @@ def batch_skip(
     reason: Annotated[str, typer.Option(help="Why the batch is dropped (required; kept in the batch log).")],
 ) -> None:
     """Drop micro-batch K before its transform: its remaining stages never run, its staged rows never reach the
-    warehouse, and later batches go on."""
+    warehouse, and later batches go on. Refused once K's transform has committed to the Delta warehouse (done,
+    or halted by a warehouse check): resume it instead."""
     from streamdi.batchlog import BatchLog, BatchLogError
     from streamdi.lake import Lake
     from streamdi.pipeline import _now
@@ -591,6 +597,24 @@ def batch_skip(
         console.print(f"micro-batch {batch_id}: skipped {', '.join(stages)} ({reason})")
     else:
         console.print(f"micro-batch {batch_id} was already skipped")
+
+
+@quality_app.command("report")
+def quality_report() -> None:
+    """Write the data-quality report and its Great Expectations Data Docs; print the path and a one-line summary.
+
+    Reads Delta quality.results, quality.quarantine and the batch log (no Spark) and writes
+    <STREAMDI_HOME>/reports/quality/index.html: micro-batches x validated tables with the worst check of each,
+    the failing checks, halted and skipped batches, failure rates per batch and the quarantined rows per table.
+    Each cell links to its validation page in reports/quality/data_docs/ (rebuilt on every run)."""
+    from streamdi.lake import Lake
+    from streamdi.pipeline import _now
+    from streamdi.quality_report import describe, report_dir, write_report
+
+    settings = load_settings()
+    outcome = write_report(Lake(settings.lake_root), report_dir(settings.home), now=_now())
+    for line in describe(outcome):
+        console.print(line, markup=False, highlight=False)
 
 
 @db_app.command("start")

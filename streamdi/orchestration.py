@@ -8,8 +8,11 @@ scheduled, parameterised run needs around them:
   landing zone;
 - running the pending (batch, stage) steps of the batch log up to a given batch and stage, oldest first, so a
   DAG can show stage, transform and migrate as separate tasks while the batch order stays the batch log's;
-- the checks that exist before the data-quality issue: staged counts reconcile, and no batch is halted;
-- the batch-log report page (`<STREAMDI_HOME>/reports/index.html`) that the quality-report DAG renders.
+- the checks around the stage step's validation: staged counts reconcile, and no batch is halted (a task that
+  meets a halted batch fails with the batch, step, reason and the operator's two commands);
+- the report pages the quality-report DAG renders: the data-quality report with its Great Expectations Data Docs
+  (`<STREAMDI_HOME>/reports/quality/`, `streamdi.quality_report`) and the batch-log page
+  (`<STREAMDI_HOME>/reports/index.html`).
 
 Every function takes the settings (default: from the environment, as each Airflow task runs in a fresh process)
 and returns a JSON-serialisable dict, so a task's return value shows up as its XCom in the UI. Heavy imports
@@ -53,7 +56,8 @@ DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STREAMDI_MIGRATE_SCHEDULE": ("*/5 * * * *", "cron schedule of streamdi_migrate"),
 }
 
-REPORT_URL_PATH = "/streamdi/reports/index.html"  # served by the plugin in dags/plugins (see docs/orchestration.md)
+# The data-quality report, served by the plugin in dags/plugins from <STREAMDI_HOME>/reports/ (docs/orchestration.md).
+REPORT_URL_PATH = "/streamdi/reports/quality/index.html"
 
 
 class BatchHalted(RuntimeError):
@@ -138,7 +142,8 @@ def deliver_data_batch(
 
 # ------------------------------------------------------------------------------------------ batch log steps
 def create_objects(settings: Settings | None = None) -> dict:
-    """Create the Delta batch log and every PostgreSQL object (schemas, roles, ledger, `dw.*` tables).
+    """Create the Delta batch log and every PostgreSQL object (schemas, roles, ledger, `dw.*` tables, the
+    `streamdi.quality_*` tables).
 
     The Delta warehouse tables are created by their first commit (T0..T3 of the first batch), which records the
     batch the migrator reads from each commit; an empty commit before it would carry no batch.
@@ -146,11 +151,12 @@ def create_objects(settings: Settings | None = None) -> dict:
     from schemas.warehouse import WAREHOUSE_TABLES
     from streamdi.batchlog import BatchLog
     from streamdi.context import open_context
+    from streamdi.warehouse import PLATFORM_PG_TABLES, pg_qualified_name
 
     ctx = open_context(_settings(settings))
     BatchLog(ctx.lake)
     ctx.warehouse.ensure_objects(WAREHOUSE_TABLES)
-    tables = [f"dw.{t.name}" for t in WAREHOUSE_TABLES]
+    tables = [pg_qualified_name(t) for t in (*WAREHOUSE_TABLES, *PLATFORM_PG_TABLES)]
     log.info("batch log ready under %s; PostgreSQL tables ready: %s", ctx.settings.lake_root, ", ".join(tables))
     return {"lake": str(ctx.settings.lake_root), "postgres_tables": tables}
 
@@ -175,19 +181,32 @@ def collect_landed(settings: Settings | None = None) -> dict:
 
 def halted_steps(batch_log) -> list[tuple[int, str]]:
     """(batch, stage) pairs whose latest state in the batch log is `halted`, oldest first (`BatchLog.halted`;
-    the stage step halts a batch when a `halt` check fails). The single place the orchestration asks."""
+    the stage step halts a batch when a `halt` check fails)."""
     return [(h.batch_id, h.stage) for h in batch_log.halted()]
 
 
 def check_not_halted(batch_log, up_to_batch: int | None = None) -> None:
-    """Raise BatchHalted when a batch (up to `up_to_batch`) is halted: batches after it must not run."""
-    halted = [(b, s) for b, s in halted_steps(batch_log) if up_to_batch is None or b <= up_to_batch]
-    if halted:
-        b, stage = halted[0]
-        raise BatchHalted(
-            f"micro-batch {b} is HALTED at stage {stage!r} by a data-quality policy; it and every later batch wait "
-            f"until an operator resolves it (see the quality report). Halted: {halted}"
-        )
+    """Raise BatchHalted when a batch (up to `up_to_batch`) is halted: batches after it must not run. The message
+    names the batch, the step and the reason, and the two commands an operator chooses between."""
+    halts = [h for h in batch_log.halted() if up_to_batch is None or h.batch_id <= up_to_batch]
+    if halts:
+        h = halts[0]
+        raise BatchHalted(halted_message(h.batch_id, h.stage, h.reason, [(x.batch_id, x.stage) for x in halts]))
+
+
+def halted_message(batch_id: int, stage: str, reason: str, halted: list[tuple[int, str]] | None = None) -> str:
+    from streamdi.batchlog import Halt
+
+    options = " or ".join(
+        f"`{command}` ({what})" for command, what in Halt(batch_id, stage, reason, dt.datetime.min).commands()
+    )
+    return (
+        f"micro-batch {batch_id} is HALTED at stage {stage!r} by a data-quality policy: "
+        f"{reason or 'no reason recorded'}. "
+        f"It and every later batch wait until an operator acts. After checking the data: {options}. "
+        f"Failing checks: the quality report ({REPORT_URL_PATH}, `streamdi quality report`)."
+        + (f" Halted: {halted}" if halted else "")
+    )
 
 
 def _pending(batch_log, last_batch: int | None, last_stage: str, migration_mode: str) -> list[tuple[int, str]]:
@@ -222,8 +241,10 @@ def process_batches(
     `last_batch`'s `last_stage` (None: every batch up to `last_stage`); `migration_mode="none"` leaves every
     migrate step to the `streamdi_migrate` DAG.
 
-    Checks for a halted batch before every step and raises BatchHalted instead of running it. Returns the steps
-    run, in order. With `skip_when_idle`, a call that finds nothing to do raises Airflow's skip exception, so an
+    Checks for a halted batch before every step and raises BatchHalted instead of running it, and raises it right
+    after a step that halted its batch (the task fails there, naming the batch, step, reason and the operator's
+    commands, instead of reporting success for a run that stopped). Returns the steps run, in order. With
+    `skip_when_idle`, a call that finds nothing to do raises Airflow's skip exception, so an
     idle scheduled run is shown as skipped and emits no asset event.
     """
     from streamdi.batchlog import BatchLog
@@ -249,6 +270,10 @@ def process_batches(
         seconds = round(time.perf_counter() - started, 3)
         log.info("batch %d %s done in %.1fs: %s", batch_id, stage, seconds, json.dumps(detail, sort_keys=True))
         steps.append({"batch_id": batch_id, "stage": stage, "seconds": seconds, "detail": detail})
+        if detail.get("halted"):
+            log.error("batch %d %s HALTED after %.1fs; steps run before it: %s", batch_id, stage, seconds, steps)
+            check_not_halted(BatchLog(ctx.lake), batch_id)
+            raise BatchHalted(halted_message(batch_id, stage, str(detail["halted"])))  # not in the log: say so anyway
     return {"steps": steps}
 
 
@@ -385,7 +410,7 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}</style></head>
 <body>
 <h1>streamdi batch report</h1>
 <p id="summary">{len(rows)} micro-batch(es), {done} done in every stage. Generated {generated_at:%Y-%m-%d %H:%M:%S %Z}.
-Data-quality results (validation suites) will be added to this page.</p>
+Checks, failures and quarantined rows per batch and table: <a href="quality/index.html">data-quality report</a>.</p>
 <table id="batches"><thead><tr><th>batch</th><th>files</th><th>TPC-DI batch</th><th>arrived</th>{header}</tr></thead>
 <tbody>
 {body}
@@ -396,17 +421,36 @@ Data-quality results (validation suites) will be added to this page.</p>
 
 
 def write_quality_report(settings: Settings | None = None) -> dict:
-    """Render the batch log as `<STREAMDI_HOME>/reports/index.html` (batches x stages with their states)."""
+    """Write the data-quality report (`<STREAMDI_HOME>/reports/quality/index.html`, the page `REPORT_URL_PATH` serves,
+    with Great Expectations Data Docs under `quality/data_docs/`) and the batch-log page
+    (`<STREAMDI_HOME>/reports/index.html`: batches x stages with their states). Both are written atomically."""
     from streamdi.batchlog import BatchLog
     from streamdi.lake import Lake
+    from streamdi.quality_report import describe, report_dir, write_report
 
     settings = _settings(settings)
-    rows = BatchLog(Lake(settings.lake_root)).summary()
+    lake = Lake(settings.lake_root)
+    now = dt.datetime.now(dt.UTC)
+    outcome = write_report(lake, report_dir(settings.home), now=now)
+    for line in describe(outcome):
+        log.info("%s", line)
+    for b in outcome.summary.halted:
+        log.warning("micro-batch %d is halted: see %s", b, REPORT_URL_PATH)
+    rows = BatchLog(lake).summary()
     out = reports_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "index.html"
     tmp = page.with_name(page.name + ".tmp")
-    tmp.write_text(render_batch_report(rows, dt.datetime.now(dt.UTC)))
+    tmp.write_text(render_batch_report(rows, now))
     tmp.replace(page)
-    log.info("quality report with %d micro-batch(es) written to %s (UI: %s)", len(rows), page, REPORT_URL_PATH)
-    return {"path": str(page), "batches": len(rows)}
+    log.info("batch-log page with %d micro-batch(es) written to %s; UI: %s", len(rows), page, REPORT_URL_PATH)
+    return {
+        "path": str(outcome.index),
+        "url": REPORT_URL_PATH,
+        "summary": outcome.summary.line(),
+        "data_docs_pages": outcome.pages,
+        "halted": list(outcome.summary.halted),
+        "batch_log_page": str(page),
+        "batches": len(rows),
+        "seconds": outcome.seconds,
+    }

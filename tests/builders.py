@@ -13,6 +13,16 @@ from pathlib import Path
 from schemas import sources as src
 from schemas.model import SourceFile
 
+# Scale of the `slow` tests: the default keeps the whole suite inside CI's time budget; `STREAMDI_TEST_SCALE=full`
+# runs the figures the acceptance criteria name (e.g. 50 micro-batches, every crash seed). See docs/testing.md.
+FULL_SCALE = os.environ.get("STREAMDI_TEST_SCALE", "").strip().lower() == "full"
+
+
+def at_scale(default, full):
+    """`full` under `STREAMDI_TEST_SCALE=full`, else `default`."""
+    return full if FULL_SCALE else default
+
+
 # Files cut from a real run of the official TPC-DI generator (read-only; never modified).
 SHARED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "tpcdi-sample"
 

@@ -25,6 +25,8 @@ import httpx
 import pytest
 from dagdata import BROKERS, REPO
 
+from streamdi.orchestration import REPORT_URL_PATH
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -240,6 +242,8 @@ def test_trigger_historical_load_from_the_ui(airflow, tiny_data, tmp_path):
         # The quality report is linked from the UI and served by it.
         report = httpx.get(f"{url}/streamdi/reports/index.html", timeout=30)
         assert report.status_code == 200 and "streamdi batch report" in report.text
+        quality = httpx.get(f"{url}{REPORT_URL_PATH}", timeout=30)  # the menu entry: served from reports/quality/
+        assert quality.status_code == 200 and "streamdi data-quality report" in quality.text
     except BaseException:
         browser.screenshot(ARTIFACTS / "airflow_ui_failure.png")
         raise

@@ -162,3 +162,7 @@ def test_quality_report_renders_the_batch_log(dagbag, home):
     page = (home / "reports" / "index.html").read_text()
     assert "4 micro-batch(es), 4 done in every stage" in page
     assert page.count("<tr><td>") == 4
+    quality = (home / "reports" / "quality" / "index.html").read_text()  # the page REPORT_URL_PATH serves
+    assert "streamdi data-quality report" in quality and "No micro-batch is halted." in quality
+    assert quality.count('<tr class="" data-batch=') == 4
+    assert (home / "reports" / "quality" / "data_docs" / "index.html").is_file()

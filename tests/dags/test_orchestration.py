@@ -32,6 +32,38 @@ def test_a_halted_batch_stops_processing_with_a_clear_message(tmp_path):
     assert states == {(1, "stage"): "done", (1, "transform"): orchestration.HALTED}
 
 
+def test_a_step_that_halts_its_batch_fails_the_task_right_there(tmp_path, monkeypatch):
+    """process_batches raises as soon as a step returns `halted`, also when it was the last step asked for (the
+    stage task of a load DAG must fail, not succeed); the message names the batch, the step, the reason and both
+    operator commands."""
+    from streamdi import pipeline
+    from streamdi.batchlog import BatchLog, LandedFile
+    from streamdi.lake import Lake
+
+    settings = Settings(home=tmp_path)
+    log = BatchLog(Lake(settings.lake_root))
+    for name in ("a.txt", "b.txt"):
+        log.register([LandedFile(name, 1, name, NOW, 1)], now=NOW)
+    ran: list[tuple[int, str]] = []
+    reason = "staging.taxrate: check rate_is_a_fraction (expect_column_values_to_be_between) failed on 1 of 8 rows"
+
+    def stage_that_halts(ctx, batch_id: int) -> dict:  # what stage_job does when a halt check fails
+        ran.append((batch_id, "stage"))
+        BatchLog(ctx.lake).halt(batch_id, "stage", reason, now=NOW)
+        return {"halted": reason}
+
+    monkeypatch.setitem(pipeline.STAGE_JOBS, "stage", stage_that_halts)
+    with pytest.raises(orchestration.BatchHalted) as raised:
+        orchestration.process_batches(1, "stage", "push", settings)
+    message = str(raised.value)
+    assert message.startswith(f"micro-batch 1 is HALTED at stage 'stage' by a data-quality policy: {reason}.")
+    assert "`streamdi batch resume 1`" in message and "`streamdi batch skip 1 --reason TEXT`" in message
+    assert ran == [(1, "stage")]
+    with pytest.raises(orchestration.BatchHalted, match="micro-batch 1 is HALTED"):  # batch 2 waits behind it
+        orchestration.process_batches(2, "stage", "push", settings)
+    assert ran == [(1, "stage")]
+
+
 def test_airflow_environment(tmp_path):
     settings = Settings(home=tmp_path / "home")
     env = airflow_environment(settings, 8123, base={"AIRFLOW__CORE__PARALLELISM": "5", "PATH": "/usr/bin"})
@@ -46,3 +78,28 @@ def test_airflow_environment(tmp_path):
     assert env["STREAMDI_HOME"] == str((tmp_path / "home").absolute())
     password = ensure_login(home)
     assert len(password) >= 12 and ensure_login(home) == password
+
+
+def test_the_plugin_serves_the_quality_report_and_its_data_docs(tmp_path, monkeypatch):
+    """The menu entry (REPORT_URL_PATH) and a link into a sub-folder of data_docs are served by the plugin."""
+    import importlib.util
+
+    from dagdata import DAGS
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    spec = importlib.util.spec_from_file_location(
+        "streamdi_reports_under_test", DAGS / "plugins" / "streamdi_reports.py"
+    )
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)  # writes the placeholders under the (new) STREAMDI_HOME
+    page = tmp_path / "reports" / "quality" / "data_docs" / "validations" / "staging" / "trade" / "batch-1" / "p.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html>a GX page</html>")
+    client = TestClient(plugin.app)
+    assert orchestration.REPORT_URL_PATH == "/streamdi/reports/quality/index.html"
+    quality = client.get(orchestration.REPORT_URL_PATH.removeprefix("/streamdi"))
+    assert quality.status_code == 200 and "streamdi data-quality report" in quality.text
+    docs = client.get("/reports/quality/data_docs/validations/staging/trade/batch-1/p.html")
+    assert docs.status_code == 200 and docs.text == "<html>a GX page</html>"
+    assert client.get("/", follow_redirects=False).headers["location"] == orchestration.REPORT_URL_PATH

@@ -2,9 +2,11 @@
 the Delta warehouse ends identical row for row (surrogate keys included).
 
 Generated data (the generator is deterministic): Batch1 is loaded once; Batch2 is then loaded on copies of
-that state whole, and dripped as 7 and as 50 micro-batches. Separately, Batch1 + Batch2 of a smaller data set
-load with 1 and 8 shuffle partitions. Each variant runs collect -> stage -> transform in this process
-(PostgreSQL is not involved: migration has its own tests) and every warehouse table is compared.
+that state whole, and dripped as 7 and as 20 micro-batches (50 with `STREAMDI_TEST_SCALE=full`: each
+micro-batch costs seconds of fixed Spark work, and the suite must fit CI's budget). Separately, Batch1 +
+Batch2 of a smaller data set load with 1 and 8 shuffle partitions. Each variant runs collect -> stage ->
+transform in this process (PostgreSQL is not involved: migration has its own tests) and every warehouse table
+is compared.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from builders import trim_calendar
+from builders import at_scale, trim_calendar
 
 from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi.context import JobContext
@@ -66,7 +68,10 @@ def copy_of(home: Path, tmp_path: Path, name: str) -> Path:
     return target
 
 
-def test_batch2_dripped_as_7_and_50_micro_batches_equals_batch2_loaded_whole(data_sf01, after_batch1, tmp_path, spark):
+DRIP_PARTS = (7, at_scale(20, 50))
+
+
+def test_batch2_dripped_in_micro_batches_equals_batch2_loaded_whole(data_sf01, after_batch1, tmp_path, spark):
     whole = make_context(copy_of(after_batch1, tmp_path, "whole"), spark)
     deliver_batch(data_sf01, 2, whole.settings.landing_dir)
     transform_pending(whole)
@@ -74,7 +79,7 @@ def test_batch2_dripped_as_7_and_50_micro_batches_equals_batch2_loaded_whole(dat
     assert expected["dimtrade"] and expected["dimcustomer"] and expected["dimaccount"]
     assert any(r["batchid"] == 2 for r in expected["dimtrade"])  # Batch2 did change trades
 
-    for parts in (7, 50):
+    for parts in DRIP_PARTS:
         dripped = make_context(copy_of(after_batch1, tmp_path, f"drip{parts}"), spark)
         groups = load_dripped(dripped, data_sf01, 2, parts)
         micro_batches = [b for b in dripped_batches(dripped) if b > 1]
