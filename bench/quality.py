@@ -4,7 +4,8 @@ Reads a lake that `bench/load.py` (or `streamdi load`) filled, and for every mic
 - staging: `Validator.validate` on that micro-batch's rows of each staging table with a suite (the work the
   stage step adds);
 - warehouse: for each table a transform step built, reading back what the micro-batch's commit wrote
-  (`jobs.validate.written_rows`, the Delta change feed) and validating it (the work each step adds, without the
+  (`jobs.validate.written_rows`, the Delta change feed) and the keys its checks resolve against
+  (`jobs.validate.key_values`; counted in "wh check s"), and validating it (the work each step adds, without the
   one small `quality.results` commit per step).
 Each micro-batch is validated twice; the second (warm) time is the one reported, next to the number of trade
 rows it carries and, when `--load-seconds` gives the measured load time of the first micro-batch (Batch1), the
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jobs.validate import STEP_TABLES, written_rows  # noqa: E402
+from jobs.validate import STEP_TABLES, key_values, written_rows  # noqa: E402
 from schemas import sources as src  # noqa: E402
 from streamdi import quality  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
@@ -43,7 +44,9 @@ def main() -> None:
     print(f"suites loaded, Great Expectations ready in {time.perf_counter() - started:.1f} s (once per process)")
     lake = Lake(args.lake)
     tables = {
-        name: lake.read_arrow(suite.table) for name, suite in validator.suites.items() if lake.exists(suite.table)
+        name: lake.read_arrow(suite.table)
+        for name, suite in validator.suites.items()
+        if suite.table.layer == "staging" and lake.exists(suite.table)
     }
     batches = sorted({b for rows in tables.values() for b in rows["batch_id"].unique().to_pylist()})
     built = [
@@ -74,7 +77,7 @@ def main() -> None:
                 if written is None or written.num_rows == 0:
                     continue
                 t0 = time.perf_counter()
-                validator.validate(suite, written, batch_id)
+                validator.validate(suite, written, batch_id, parameters=key_values(lake, suite))
                 check_s += time.perf_counter() - t0
                 wh_rows += written.num_rows
                 wh_suites += 1

@@ -32,7 +32,7 @@ from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from streamdi.context import JobContext
 from streamdi.lake import Lake
-from streamdi.quality import CheckOutcome, validator
+from streamdi.quality import CheckOutcome, Suite, key_parameters, validator
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,17 @@ def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Tab
     return rows.sort_by([(c, "ascending") for c in table.order_by])
 
 
+def key_values(lake: Lake, suite: Suite) -> dict[str, list]:
+    """The run-time parameters of a warehouse suite: the distinct values of the named column of another warehouse
+    table as it stands now (after this step's commits), e.g. every `sk_accountid` of DimAccount for "every
+    account key of DimTrade resolves"."""
+    values = {}
+    for name, table, column in key_parameters(suite):
+        data = lake.read_columns(table, [column])[column] if lake.exists(table) else pa.array([])
+        values[name] = pc.unique(data).to_pylist()
+    return values
+
+
 def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0) -> StepChecks:
     """Run the suite of every table `step` committed in micro-batch `batch_id`, record the results once per
     (step, attempt), and return what they found. From attempt 1 on (after a resume) halt checks only warn."""
@@ -104,7 +115,7 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
         if rows is None or rows.num_rows == 0:
             continue
         suite = quality.suite_for(table)
-        validated = quality.validate(suite, rows, batch_id, resumed=attempt > 0)
+        validated = quality.validate(suite, rows, batch_id, resumed=attempt > 0, parameters=key_values(ctx.lake, suite))
         checks.outcomes[suite.name] = validated.outcomes
         checks.rows[suite.name] = rows.num_rows
         checks.halts.extend(o.describe(suite.name) for o in validated.halts)

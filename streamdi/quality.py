@@ -51,6 +51,7 @@ EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
 _COLUMN_ARGS = ("column", "column_A", "column_B")
 _COLUMN_LIST_ARGS = ("column_list",)
 MAX_DETAIL_VALUES = 20
+PARAMETER = "$PARAMETER"  # Great Expectations' reference to a value supplied when the suite runs
 
 
 class SuiteError(ValueError):
@@ -68,6 +69,12 @@ class Check:
     @property
     def column(self) -> str | None:
         return self.kwargs.get("column")
+
+    @property
+    def parameters(self) -> list[str]:
+        """Names of the run-time parameters the check's arguments refer to (`{$PARAMETER: dimaccount__sk_accountid}`:
+        the values of column `sk_accountid` of warehouse table `dimaccount`, see `key_parameters`)."""
+        return [v[PARAMETER] for v in self.kwargs.values() if isinstance(v, dict) and PARAMETER in v]
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,8 @@ def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
                 )
             if not _condition_columns(check.kwargs, table):
                 raise SuiteError(f"{where}: row_condition {check.kwargs['row_condition']!r} names no column of {name}")
+        for parameter in check.parameters:
+            _check_parameter(where, parameter, table, tables)
         if check.policy == "quarantine" and table.layer != "staging":
             raise SuiteError(
                 f"{where}: policy quarantine is for staging suites; a {table.layer} row is already committed and "
@@ -177,6 +186,28 @@ def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
             )
         checks.append(check)
     return Suite(table=table, checks=tuple(checks), key=key, path=path)
+
+
+def _check_parameter(where: str, parameter: str, table: Table, tables: dict[str, Table]) -> None:
+    if table.layer != "warehouse":
+        raise SuiteError(f"{where}: run-time parameters are for warehouse suites (the keys of other warehouse tables)")
+    target, _, column = str(parameter).partition("__")
+    other = tables.get(f"warehouse.{target}")
+    if other is None or column not in other.column_names:
+        raise SuiteError(
+            f"{where}: parameter {parameter!r} must name a warehouse table and one of its columns as "
+            "<table>__<column>, e.g. dimaccount__sk_accountid"
+        )
+
+
+def key_parameters(suite: Suite) -> list[tuple[str, Table, str]]:
+    """(parameter, warehouse table, column) of every run-time parameter the suite's checks use."""
+    tables = declared_tables()
+    out = []
+    for name in sorted({p for check in suite.checks for p in check.parameters}):
+        target, _, column = name.partition("__")
+        out.append((name, tables[f"warehouse.{target}"], column))
+    return out
 
 
 def _columns(kwargs: dict[str, Any]) -> list[str]:
@@ -313,7 +344,15 @@ class Validator:
             )
         return self._definitions[suite.name]
 
-    def validate(self, suite: Suite, rows: pa.Table, batch_id: int, *, resumed: bool = False) -> Validated:
+    def validate(
+        self,
+        suite: Suite,
+        rows: pa.Table,
+        batch_id: int,
+        *,
+        resumed: bool = False,
+        parameters: dict[str, list] | None = None,
+    ) -> Validated:
         """Run every check of `suite` on `rows` and apply the policies. With `resumed` (an operator resumed the
         batch) a failed halt check is `overridden`: recorded, and the rows stay."""
         if not suite.checks:
@@ -323,6 +362,7 @@ class Validator:
             frame = _frame(suite, rows)
             result = definition.run(
                 batch_parameters={"dataframe": frame},
+                expectation_parameters=parameters or None,
                 result_format={
                     "result_format": "COMPLETE",
                     "partial_unexpected_count": MAX_DETAIL_VALUES,

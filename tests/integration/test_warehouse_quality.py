@@ -129,6 +129,29 @@ def test_a_warehouse_suite_that_cannot_work_is_refused_with_the_file_and_check(t
     assert "dimcustomer.yml: check 1 (c)" in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("suite", "message"),
+    [
+        (
+            "table: warehouse.dimaccount\nchecks:\n  - {id: c, expectation: expect_column_values_to_be_in_set, "
+            "kwargs: {column: sk_customerid, value_set: {$PARAMETER: dimcustomer__nosuchcolumn}}, policy: warn}\n",
+            "parameter 'dimcustomer__nosuchcolumn' must name a warehouse table and one of its columns",
+        ),
+        (
+            "table: staging.trade\nchecks:\n  - {id: c, expectation: expect_column_values_to_be_in_set, "
+            "kwargs: {column: t_ca_id, value_set: {$PARAMETER: dimaccount__accountid}}, policy: warn}\n",
+            "run-time parameters are for warehouse suites",
+        ),
+    ],
+)
+def test_a_key_parameter_must_name_a_warehouse_table_and_column(tmp_path, suite, message):
+    layer = "staging" if "staging." in suite else "warehouse"
+    name = "trade" if layer == "staging" else "dimaccount"
+    root = suites_in(tmp_path, **{f"{layer}__{name}": suite})
+    with pytest.raises(SuiteError, match=message):
+        load_suites(root)
+
+
 def test_the_shipped_warehouse_suites_load_and_cover_every_table_a_step_builds():
     suites = load_suites()
     built = {t.qualified_name for tables in validate.STEP_TABLES.values() for t in tables}
@@ -281,3 +304,63 @@ def test_a_halt_check_after_a_step_halts_the_transform_before_migration_until_re
             "messagekey": "warehouse.dimbroker/has_a_phone",
         },
     ]
+
+
+def broker(sk: int, brokerid: int) -> dict:
+    return {
+        "sk_brokerid": sk,
+        "brokerid": brokerid,
+        "managerid": None,
+        "firstname": "Ann",
+        "lastname": "Lee",
+        "middleinitial": None,
+        "branch": None,
+        "office": None,
+        "phone": None,
+        "iscurrent": True,
+        "batchid": 1,
+        "effectivedate": dt.date(1950, 1, 1),
+        "enddate": END,
+    }
+
+
+def account(sk: int, accountid: int, sk_customerid: int, sk_brokerid: int) -> dict:
+    return {
+        "sk_accountid": sk,
+        "accountid": accountid,
+        "sk_brokerid": sk_brokerid,
+        "sk_customerid": sk_customerid,
+        "accountdesc": "Brokerage",
+        "taxstatus": 1,
+        "status": "Active",
+        "iscurrent": True,
+        "batchid": 1,
+        "effectivedate": dt.date(2017, 7, 1),
+        "enddate": END,
+    }
+
+
+def test_a_surrogate_key_that_resolves_to_no_version_halts(ctx):
+    ctx.lake.upsert(
+        wh.DIM_BROKER,
+        pa.Table.from_pylist([broker(4, 40)], schema=wh.DIM_BROKER.arrow_schema()),
+        app_id="T0/dimbroker",
+        version=1,
+    )
+    commit_customers(ctx, 1, [customer(10, 7, current=True, start="2017-07-01")])
+    accounts = [account(100, 1, sk_customerid=10, sk_brokerid=4), account(101, 2, sk_customerid=99, sk_brokerid=4)]
+    ctx.lake.upsert(
+        wh.DIM_ACCOUNT,
+        pa.Table.from_pylist(accounts, schema=wh.DIM_ACCOUNT.arrow_schema()),
+        app_id="T2/dimaccount",
+        version=1,
+    )
+    checks = validate.validate_step(ctx, 1, "T2")
+    assert checks.rows == {"warehouse.dimcustomer": 1, "warehouse.dimaccount": 2}
+    assert checks.halts == [
+        "warehouse.dimaccount: check customer_key_resolves (expect_column_values_to_be_in_set) failed on 1 of 2 rows"
+    ]
+    failing = next(o for o in checks.outcomes["warehouse.dimaccount"] if o.check.id == "customer_key_resolves")
+    assert failing.failing_values == (99,)
+    broker_check = next(o for o in checks.outcomes["warehouse.dimaccount"] if o.check.id == "broker_key_resolves")
+    assert broker_check.success
