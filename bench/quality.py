@@ -77,7 +77,7 @@ def main() -> None:
                 if written is None or written.num_rows == 0:
                     continue
                 t0 = time.perf_counter()
-                validator.validate(suite, written, batch_id, parameters=key_values(lake, suite))
+                validator.validate(suite, written, batch_id, parameters=key_values(lake, suite, written))
                 check_s += time.perf_counter() - t0
                 wh_rows += written.num_rows
                 wh_suites += 1

@@ -364,7 +364,9 @@ class Validator:
                 batch_parameters={"dataframe": frame},
                 expectation_parameters=parameters or None,
                 result_format={
-                    "result_format": "COMPLETE",
+                    # the row positions (COMPLETE) only where a quarantine check needs them; BASIC still gives the
+                    # counts and up to 20 failing values, and costs about a fifth less per check
+                    "result_format": "COMPLETE" if any(c.policy == "quarantine" for c in suite.checks) else "BASIC",
                     "partial_unexpected_count": MAX_DETAIL_VALUES,
                     "return_unexpected_index_query": False,
                 },
