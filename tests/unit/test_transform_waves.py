@@ -57,3 +57,10 @@ def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch):
     with pytest.raises(RuntimeError, match="T1 broke"):
         transform.run(None, 7)
     assert ran == ["T0", "T2"]  # T2 (same wave) finished; T3 and DM never started
+
+
+def test_t0_to_t3_are_followed_by_their_warehouse_suites_and_dm_is_not():
+    from jobs.validate import STEP_TABLES
+
+    assert [s.name for s in STEPS if s.checked] == ["T0", "T1", "T2", "T3"]
+    assert sorted(STEP_TABLES) == ["T0", "T1", "T2", "T3"]
