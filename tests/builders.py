@@ -94,3 +94,14 @@ def trim_calendar(data_dir: Path, lines: int = 400) -> None:
         path = data_dir / "Batch1" / name
         kept = path.read_bytes().split(b"\r\n")[:lines]
         path.write_bytes(b"\r\n".join(kept) + b"\r\n")
+
+
+def suites_in(tmp_path: Path, **files: str) -> Path:
+    """An expectations folder of hand-written suites: `suites_in(tmp, staging__trade="table: ...")` writes
+    `expectations/staging/trade.yml`; returns the folder, for `quality.load_suites(root)`."""
+    root = tmp_path / "expectations"
+    for name, text in files.items():
+        layer, table = name.split("__")
+        (root / layer).mkdir(parents=True, exist_ok=True)
+        (root / layer / f"{table}.yml").write_text(text)
+    return root

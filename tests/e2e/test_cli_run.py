@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from builders import at_scale
 
 from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi.lake import Lake
@@ -149,7 +150,12 @@ def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("fault", ["migrate.before_apply", "pg.after_copy", "pg.before_commit"])
+@pytest.mark.parametrize(
+    "fault",
+    # every point of the migration transaction is killed in tests/e2e/test_migration_faults.py; through the whole
+    # CLI, one at CI scale, all three with STREAMDI_TEST_SCALE=full
+    at_scale(["pg.before_commit"], ["migrate.before_apply", "pg.after_copy", "pg.before_commit"]),
+)
 def test_crash_between_delta_commit_and_postgres_commit_then_rerun(home: Path, fault: str):
     crashed = cli(home, "run", "--sample", fault=fault)
     assert crashed.returncode == -9, (crashed.stdout, crashed.stderr)

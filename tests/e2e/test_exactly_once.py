@@ -30,8 +30,9 @@ from streamdi.warehouse import open_warehouse
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.slow]
 
 STREAMDI = str(Path(sys.executable).with_name("streamdi"))
-# (seed, batch crashed): Batch1 once, the incremental once (twice with STREAMDI_TEST_SCALE=full)
-CASES = ((1, 1), (2, 2), *at_scale((), ((3, 2),)))
+# (seed, batch crashed): the incremental once; with STREAMDI_TEST_SCALE=full also Batch1 once and the incremental
+# again (a Batch1 crash costs minutes; its commits are also crashed by tests/e2e/test_cli_run.py and test_lake)
+CASES = ((2, 2), *at_scale((), ((1, 1), (3, 2))))
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 the Delta warehouse ends identical row for row (surrogate keys included).
 
 Generated data (the generator is deterministic): Batch1 is loaded once; Batch2 is then loaded on copies of
-that state whole, and dripped as 7 and as 20 micro-batches (50 with `STREAMDI_TEST_SCALE=full`: each
+that state whole, and dripped as 7 and as 12 micro-batches (50 with `STREAMDI_TEST_SCALE=full`: each
 micro-batch costs seconds of fixed Spark work, and the suite must fit CI's budget). Separately, Batch1 +
 Batch2 of a smaller data set load with 1 and 8 shuffle partitions. Each variant runs collect -> stage ->
 transform in this process (PostgreSQL is not involved: migration has its own tests) and every warehouse table
@@ -68,7 +68,7 @@ def copy_of(home: Path, tmp_path: Path, name: str) -> Path:
     return target
 
 
-DRIP_PARTS = (7, at_scale(20, 50))
+DRIP_PARTS = (7, at_scale(12, 50))
 
 
 def test_batch2_dripped_in_micro_batches_equals_batch2_loaded_whole(data_sf01, after_batch1, tmp_path, spark):

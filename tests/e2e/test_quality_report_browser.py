@@ -3,26 +3,17 @@ sample plus DailyMarket rows that fail quarantine checks, and a Batch2 whose Bat
 `streamdi quality report`, and headless Chromium opens the page (file://), finds the halted batch and the failing
 expectation in the rendered DOM, and follows a cell's link into the Great Expectations Data Docs.
 
-Chromium is driven through the DevTools protocol, as in tests/dags/test_airflow_ui.py. The screenshot is kept as
-`test-artifacts/quality_report.png` (`quality_report_failure.png` when the test fails).
+Chromium is driven through the DevTools protocol (tests/chromium.py, shared with tests/dags/test_airflow_ui.py).
+The screenshot is kept as `test-artifacts/quality_report.png` (`quality_report_failure.png` when the test fails).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import itertools
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+from chromium import Chromium
 from test_cli_run import cli, home  # noqa: F401 - `home` is a fixture (own STREAMDI_HOME, server stopped after)
 
 from streamdi.settings import Settings
@@ -38,106 +29,6 @@ DAILY_MARKET = [
     "2017-07-03|CCCC|10.00|12.00|-1.00|700",
 ]
 BAD_BATCH_DATE = "1900-01-01"  # outside 1950..2100: the halt check date_is_plausible fails
-
-
-def wait_for(what: str, check, timeout: float, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
-            last = exc
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last!r})")
-
-
-class Chromium:
-    """A headless Chromium page driven through the DevTools protocol (Debian package `chromium`)."""
-
-    def __init__(self, profile: Path) -> None:
-        binary = shutil.which("chromium") or shutil.which("chromium-browser")
-        assert binary, "Debian's chromium package is needed (bootstrap.py test installs it)"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--allow-file-access-from-files",
-                f"--user-data-dir={profile}",
-                f"--remote-debugging-port={port}",
-                "--window-size=1400,1000",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        pages = wait_for(
-            "chromium's DevTools endpoint",
-            lambda: [t for t in httpx.get(f"http://127.0.0.1:{port}/json").json() if t["type"] == "page"],
-            60,
-        )
-        from websockets.sync.client import connect
-
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
-        self.ids = itertools.count(1)
-        self.call("Page.enable")
-
-    def call(self, method: str, **params):
-        msg_id = next(self.ids)
-        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self.ws.recv(timeout=60))
-            if reply.get("id") == msg_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-
-    def eval(self, expression: str):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        return result.get("result", {}).get("value")
-
-    def goto(self, url: str) -> None:
-        self.call("Page.navigate", url=url)
-        self.wait_loaded(url)
-
-    def wait_loaded(self, url_part: str) -> None:
-        wait_for(
-            f"{url_part} to load",
-            lambda: url_part in self.eval("location.href") and self.eval("document.readyState") == "complete",
-            60,
-        )
-
-    def text(self, selector: str = "body") -> str:
-        return self.eval(f"(document.querySelector({json.dumps(selector)}) || {{innerText: ''}}).innerText") or ""
-
-    def screenshot(self, path: Path, *, full_page: bool = False) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        params: dict = {"format": "png"}
-        if full_page:
-            height = self.eval("document.documentElement.scrollHeight")
-            params |= {
-                "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": 1400, "height": height, "scale": 1},
-            }
-        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", **params)["data"]))
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.ws.close()
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
 
 
 def test_the_report_shows_a_halted_batch_and_a_failing_expectation_in_a_browser(home: Path, tmp_path: Path):  # noqa: F811
@@ -162,7 +53,7 @@ def test_the_report_shows_a_halted_batch_and_a_failing_expectation_in_a_browser(
 
     browser = Chromium(tmp_path / "chromium")
     try:
-        browser.goto(index.as_uri())
+        browser.goto(index.as_uri(), until_url=index.as_uri())
         halted = " ".join(browser.text("#halted-2").split())
         assert halted.startswith("Micro-batch 2 is HALTED (its stage step")
         assert "staging.batchdate · date_is_plausible" in halted

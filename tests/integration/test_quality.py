@@ -8,11 +8,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 from decimal import Decimal
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from builders import source_line, write_landing_file
+from builders import source_line, suites_in, write_landing_file
 
 from schemas import sources as src
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
@@ -49,15 +48,6 @@ checks:
     kwargs: {max_value: 3}
     policy: halt
 """
-
-
-def suites_in(tmp_path: Path, **files: str) -> Path:
-    root = tmp_path / "expectations"
-    for name, text in files.items():
-        layer, table = name.split("__")
-        (root / layer).mkdir(parents=True, exist_ok=True)
-        (root / layer / f"{table}.yml").write_text(text)
-    return root
 
 
 def trade_rows(*rows: tuple[int, str, int, str]) -> pa.Table:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from builders import source_line, write_landing_file
+from builders import source_line, suites_in, write_landing_file
 
 from jobs import validate
 from schemas import sources as src
@@ -36,15 +35,6 @@ END = dt.date(9999, 12, 31)
 def ctx(spark, tmp_path) -> JobContext:
     settings = Settings(home=tmp_path / "home", spark_master="local[2]")
     return JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
-
-
-def suites_in(tmp_path: Path, **files: str) -> Path:
-    root = tmp_path / "expectations"
-    for name, text in files.items():
-        layer, table = name.split("__")
-        (root / layer).mkdir(parents=True, exist_ok=True)
-        (root / layer / f"{table}.yml").write_text(text)
-    return root
 
 
 def customer(sk: int, customerid: int, *, current: bool, start: str, end: dt.date = END, tier: int = 1) -> dict:
