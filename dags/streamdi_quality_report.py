@@ -25,7 +25,7 @@ validation results (Delta `quality.results`, `quality.quarantine`) and the batch
 
 - `<STREAMDI_HOME>/reports/quality/index.html`, the {REPORT_LINK}: every micro-batch × validated table with the
   worst action of its checks (pass, warn, overridden, quarantined, halted) and the failing checks; a halted batch
-  with its reason and the two operator commands (`streamdi batch resume K`, `streamdi batch skip K --reason TEXT`);
+  with its reason and the operator commands that apply (`streamdi batch resume K`, in staging also `batch skip`);
   failure rates per batch; quarantined rows per table and how to retrieve them;
 - Great Expectations Data Docs in `reports/quality/data_docs/` (one validation page per micro-batch, attempt and
   table, rebuilt from the stored results; each cell of the report links to its page);

@@ -119,10 +119,10 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
     """Run the suite of every table `step` committed in micro-batch `batch_id`, record the results once per
     (step, attempt), and return what they found. From attempt 1 on (after a resume) halt checks only warn."""
     checks = StepChecks(step)
-    tables = [t for t in STEP_TABLES.get(step, ()) if validator().suite_for(t) is not None]
+    quality = validator()
+    tables = [t for t in STEP_TABLES.get(step, ()) if quality.suite_for(t) is not None]
     if not tables:
         return checks
-    quality = validator()
     results = []
     for table in tables:
         rows = written_rows(ctx.lake, table, f"{step}/{table.name}", batch_id)

@@ -37,6 +37,26 @@ class BatchLogError(ValueError):
     """An operator action that does not fit the batch's state (e.g. resuming a batch that is not halted)."""
 
 
+def operator_commands(batch_id: int, stage: str) -> list[tuple[str, str]]:
+    """What an operator may do about a batch halted at `stage`: (command, what it does). A batch halted in
+    staging may be dropped; one halted by a warehouse check after a transform step committed to the Delta
+    warehouse (which later batches build on) can only be resumed."""
+    options = [
+        (
+            f"streamdi batch resume {batch_id}",
+            "let it go on: its halting checks then only warn for this batch (action overridden)",
+        )
+    ]
+    if stage == "stage":
+        options.append(
+            (
+                f"streamdi batch skip {batch_id} --reason TEXT",
+                "drop it: its staged rows stay for inspection but never reach the warehouse; later batches go on",
+            )
+        )
+    return options
+
+
 @dataclass(frozen=True)
 class Halt:
     """A halted stage: the batch, the stage, why (the policy's reason) and when."""
@@ -46,28 +66,9 @@ class Halt:
     reason: str
     at: dt.datetime
 
-    @property
-    def can_skip(self) -> bool:
-        """A batch halted in staging may be dropped; one halted by a warehouse check after a transform step has
-        committed to the Delta warehouse (which later batches build on) can only be resumed."""
-        return self.stage == "stage"
-
     def commands(self) -> list[tuple[str, str]]:
         """The operator's options: (command, what it does)."""
-        options = [
-            (
-                f"streamdi batch resume {self.batch_id}",
-                "let it go on: its halting checks then only warn for this batch (action overridden)",
-            )
-        ]
-        if self.can_skip:
-            options.append(
-                (
-                    f"streamdi batch skip {self.batch_id} --reason TEXT",
-                    "drop it: its staged rows stay for inspection but never reach the warehouse; later batches go on",
-                )
-            )
-        return options
+        return operator_commands(self.batch_id, self.stage)
 
 
 @dataclass(frozen=True)

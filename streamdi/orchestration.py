@@ -195,11 +195,9 @@ def check_not_halted(batch_log, up_to_batch: int | None = None) -> None:
 
 
 def halted_message(batch_id: int, stage: str, reason: str, halted: list[tuple[int, str]] | None = None) -> str:
-    from streamdi.batchlog import Halt
+    from streamdi.batchlog import operator_commands
 
-    options = " or ".join(
-        f"`{command}` ({what})" for command, what in Halt(batch_id, stage, reason, dt.datetime.min).commands()
-    )
+    options = " or ".join(f"`{command}` ({what})" for command, what in operator_commands(batch_id, stage))
     return (
         f"micro-batch {batch_id} is HALTED at stage {stage!r} by a data-quality policy: "
         f"{reason or 'no reason recorded'}. "

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from schemas.platform import BATCH_EVENTS
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
-from streamdi.batchlog import Halt
+from streamdi.batchlog import operator_commands
 from streamdi.lake import Lake
 
 log = logging.getLogger(__name__)
@@ -581,7 +581,7 @@ def _render_halts(data: QualityData, grid: Grid, pages: dict) -> str:
             for cell, c in halting
         )
         at = f" at {b.halted_at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC" if b.halted_at else ""
-        options = Halt(b.batch_id, b.halted_stage or "", b.halt_reason or "", b.halted_at).commands()
+        options = operator_commands(b.batch_id, b.halted_stage or "")
         out.append(
             f'<div class="halt" id="halted-{b.batch_id}"><h2>Micro-batch {b.batch_id} is HALTED '
             f"(its {_e(b.halted_stage)} step{at})</h2>"
