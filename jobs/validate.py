@@ -91,27 +91,32 @@ def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Tab
 
 
 def key_values(lake: Lake, suite: Suite, rows: pa.Table) -> dict[str, list]:
-    """The run-time parameters of a warehouse suite: the keys of another warehouse table as it stands now (after
-    this step's commits), e.g. every `sk_accountid` of DimAccount for "every account key of DimTrade resolves".
+    """The run-time parameters of a warehouse suite, from another warehouse table as it stands now (after this
+    step's commits): for "every account key of DimTrade resolves", the `sk_accountid` values of the checked rows
+    that DimAccount lacks (`missing_from__dimaccount__sk_accountid`, usually none), or those it has
+    (`dimaccount__sk_accountid`). See `streamdi.quality.KeyParameter`.
 
-    Only the keys that occur in the checked column of `rows` are passed: a value resolves against them exactly as
-    against the whole key set, and Great Expectations hashes and copies a value set for every metric it computes
-    (with all 100,000 DimAccount keys of SF 3 that is seconds per check; with the keys of a micro-batch, nothing).
+    Only values that occur in the checked column of `rows` are ever passed: a value resolves against them exactly as
+    against the whole key set, and Great Expectations copies a value set many times per check (with all 100,000
+    DimAccount keys of SF 3 that is seconds per check).
     """
     wanted: dict[str, pa.Array] = {}
     for check in suite.checks:
         for name in check.parameters:
-            present = pc.unique(rows[check.column]) if check.column in rows.column_names else pa.array([])
+            present = pc.unique(pc.drop_null(rows[check.column])) if check.column in rows.column_names else pa.array([])
             wanted[name] = pc.unique(pa.concat_arrays([wanted[name], present])) if name in wanted else present
     values = {}
-    for name, table, column in key_parameters(suite):
-        candidates = wanted.get(name, pa.array([]))
-        if not lake.exists(table) or len(candidates) == 0:
-            values[name] = []
+    for parameter in key_parameters(suite):
+        candidates = wanted.get(parameter.name, pa.array([]))
+        if len(candidates) == 0:
+            values[parameter.name] = []
             continue
-        keys = lake.read_columns(table, [column])[column]
-        found = candidates.filter(pc.is_in(candidates, value_set=keys.cast(candidates.type)))
-        values[name] = found.to_pylist()
+        if lake.exists(parameter.table):
+            keys = lake.read_columns(parameter.table, [parameter.column])[parameter.column]
+            known = pc.is_in(candidates, value_set=keys.cast(candidates.type))
+        else:
+            known = pa.array([False] * len(candidates))
+        values[parameter.name] = candidates.filter(pc.invert(known) if parameter.missing else known).to_pylist()
     return values
 
 

@@ -199,6 +199,37 @@ def test_rows_that_pass_every_check_are_kept_whole(tmp_path):
     assert {o.action for o in checked.outcomes} == {"passed"}
 
 
+CONDITIONED = """
+table: staging.trade
+checks:
+  - {id: submitted_price, expectation: expect_column_values_to_be_between, policy: warn,
+     kwargs: {column: t_bid_price, max_value: 50, row_condition: 't_st_id == "SBMT"', condition_parser: pandas}}
+  - {id: canceled_price, expectation: expect_column_values_to_be_between, policy: warn,
+     kwargs: {column: t_bid_price, max_value: 50, row_condition: 't_st_id == "CNCL"', condition_parser: pandas}}
+  - {id: completed_price, expectation: expect_column_values_to_be_between, policy: warn,
+     kwargs: {column: t_bid_price, max_value: 50, row_condition: 't_st_id == "CMPT"', condition_parser: pandas}}
+  - {id: quantity, expectation: expect_column_values_to_be_between, kwargs: {column: t_qty, min_value: 1}, policy: warn}
+"""
+
+
+def test_every_check_counts_the_rows_of_its_domain_whether_it_passes_or_fails(tmp_path):
+    # passed checks are run for their verdict only, failed ones again for details: both must count the rows their
+    # row condition selects (none for CNCL), as Great Expectations does
+    suite = load_suites(suites_in(tmp_path, staging__trade=CONDITIONED))["staging.trade"]
+    rows = trade_rows((1, "CMPT", 10, "20.00"), (2, "SBMT", 3, "5.10"), (3, "CMPT", 0, "70.00"), (4, "SBMT", 1, "9"))
+
+    checked = Validator({suite.name: suite}).validate(suite, rows, batch_id=1)
+
+    assert [
+        (o.check.id, o.action, o.element_count, o.unexpected_count, o.failing_values) for o in checked.outcomes
+    ] == [
+        ("submitted_price", "passed", 2, 0, ()),
+        ("canceled_price", "passed", 0, 0, ()),
+        ("completed_price", "warned", 2, 1, (70.0,)),
+        ("quantity", "warned", 4, 1, (0,)),
+    ]
+
+
 # -- in the stage step, with the suites of expectations/ ------------------------------------------------------
 
 

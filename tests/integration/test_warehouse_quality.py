@@ -128,6 +128,12 @@ def test_a_warehouse_suite_that_cannot_work_is_refused_with_the_file_and_check(t
             "parameter 'dimcustomer__nosuchcolumn' must name a warehouse table and one of its columns",
         ),
         (
+            "table: warehouse.dimaccount\nchecks:\n  - {id: c, expectation: expect_column_values_to_not_be_in_set, "
+            "kwargs: {column: sk_customerid, value_set: {$PARAMETER: missing_from__nosuchtable__sk_customerid}}, "
+            "policy: warn}\n",
+            "parameter 'missing_from__nosuchtable__sk_customerid' must name a warehouse table",
+        ),
+        (
             "table: staging.trade\nchecks:\n  - {id: c, expectation: expect_column_values_to_be_in_set, "
             "kwargs: {column: t_ca_id, value_set: {$PARAMETER: dimaccount__accountid}}, policy: warn}\n",
             "run-time parameters are for warehouse suites",
@@ -314,7 +320,7 @@ def broker(sk: int, brokerid: int) -> dict:
     }
 
 
-def account(sk: int, accountid: int, sk_customerid: int, sk_brokerid: int) -> dict:
+def account(sk: int, accountid: int, sk_customerid: int | None, sk_brokerid: int) -> dict:
     return {
         "sk_accountid": sk,
         "accountid": accountid,
@@ -348,9 +354,51 @@ def test_a_surrogate_key_that_resolves_to_no_version_halts(ctx):
     checks = validate.validate_step(ctx, 1, "T2")
     assert checks.rows == {"warehouse.dimcustomer": 1, "warehouse.dimaccount": 2}
     assert checks.halts == [
-        "warehouse.dimaccount: check customer_key_resolves (expect_column_values_to_be_in_set) failed on 1 of 2 rows"
+        "warehouse.dimaccount: check customer_key_resolves (expect_column_values_to_not_be_in_set) "
+        "failed on 1 of 2 rows"
     ]
     failing = next(o for o in checks.outcomes["warehouse.dimaccount"] if o.check.id == "customer_key_resolves")
     assert failing.failing_values == (99,)
     broker_check = next(o for o in checks.outcomes["warehouse.dimaccount"] if o.check.id == "broker_key_resolves")
     assert broker_check.success
+
+
+KEY_CHECKS = """table: warehouse.dimaccount
+checks:
+  - {id: resolves, expectation: expect_column_values_to_be_in_set,
+     kwargs: {column: sk_customerid, value_set: {$PARAMETER: dimcustomer__sk_customerid}}, policy: warn}
+  - {id: not_dangling, expectation: expect_column_values_to_not_be_in_set,
+     kwargs: {column: sk_customerid, value_set: {$PARAMETER: missing_from__dimcustomer__sk_customerid}}, policy: warn}
+  - {id: broker_not_dangling, expectation: expect_column_values_to_not_be_in_set,
+     kwargs: {column: sk_brokerid, value_set: {$PARAMETER: missing_from__dimbroker__sk_brokerid}}, policy: warn}
+"""
+
+
+def test_both_key_parameter_forms_pass_only_the_checked_values_and_agree(ctx, tmp_path):
+    suite = load_suites(suites_in(tmp_path, warehouse__dimaccount=KEY_CHECKS))["warehouse.dimaccount"]
+    commit_customers(ctx, 1, [customer(sk, sk - 3, current=True, start="2017-07-01") for sk in (10, 11, 12)])
+    rows = pa.Table.from_pylist(
+        [
+            account(100, 1, sk_customerid=10, sk_brokerid=4),
+            account(101, 2, sk_customerid=99, sk_brokerid=4),
+            account(102, 3, sk_customerid=None, sk_brokerid=5),
+            account(103, 4, sk_customerid=11, sk_brokerid=4),
+            account(104, 5, sk_customerid=99, sk_brokerid=5),
+        ],
+        schema=wh.DIM_ACCOUNT.arrow_schema(),
+    )
+    values = validate.key_values(ctx.lake, suite, rows)
+    # DimCustomer has 10, 11 and 12; 12 is not in the rows, so it is never passed; DimBroker does not exist yet
+    assert {k: sorted(v) for k, v in values.items()} == {
+        "dimcustomer__sk_customerid": [10, 11],
+        "missing_from__dimcustomer__sk_customerid": [99],
+        "missing_from__dimbroker__sk_brokerid": [4, 5],
+    }
+    outcomes = {
+        o.check.id: o for o in Validator({suite.name: suite}).validate(suite, rows, 1, parameters=values).outcomes
+    }
+    assert [(o.success, o.unexpected_count, o.failing_values) for o in outcomes.values()] == [
+        (False, 2, (99, 99)),
+        (False, 2, (99, 99)),
+        (False, 5, (4, 4, 5, 4, 5)),  # null keys are not checked; no broker resolves
+    ]
