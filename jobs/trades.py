@@ -395,7 +395,10 @@ def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
     if pc.any(pc.equal(holds["state"], HELD)).as_py():
         return True
     for step, table in (("T2", wh.DIM_ACCOUNT), ("T1", wh.DIM_SECURITY)):
-        if any(c.txn_version == scope.batch_id and c.app_id == scope.app_id(step, table) for c in _history(ctx, table)):
+        if any(
+            c.txn_version == scope.batch_id and c.app_id == scope.app_id(step, table)
+            for c in _recent_history(ctx, scope, table)
+        ):
             return True
     return False
 
@@ -405,12 +408,12 @@ def _staged_before(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...]
     return any(
         c.txn_version is not None and c.txn_version < scope.batch_id and c.operation != "CREATE TABLE"
         for t in tables
-        for c in _history(ctx, t)
+        for c in _recent_history(ctx, scope, t)
     )
 
 
-def _history(ctx: JobContext, table: Table):
-    return ctx.lake.history(table) if ctx.lake.exists(table) else []
+def _recent_history(ctx: JobContext, scope: BatchScope, table: Table):
+    return ctx.lake.recent_history(table, scope.batch_id) if ctx.lake.exists(table) else []
 
 
 def _read_holds(ctx: JobContext) -> pa.Table:
@@ -424,7 +427,7 @@ def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str,
     the table's change feed; None when nothing changed."""
     if not ctx.lake.exists(table):
         return None
-    versions = sorted(c.table_version for c in ctx.lake.history(table) if c.txn_version == scope.batch_id)
+    versions = sorted(c.table_version for c in _recent_history(ctx, scope, table) if c.txn_version == scope.batch_id)
     if not versions:
         return None
     feed = ctx.lake.changes(table, versions[0], versions[-1])

@@ -72,7 +72,8 @@ def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Tab
     the declared order), or None when that commit does not exist."""
     if not lake.exists(table):
         return None
-    commit = next((c for c in reversed(lake.history(table)) if c.app_id == app_id and c.txn_version == batch_id), None)
+    commits = lake.recent_history(table, batch_id)
+    commit = next((c for c in reversed(commits) if c.app_id == app_id and c.txn_version == batch_id), None)
     if commit is None:
         return None
     feed = lake.changes(table, commit.table_version, commit.table_version)

@@ -206,10 +206,18 @@ class Lake:
         )
         return data.select(schema.names).cast(schema)
 
-    def history(self, table: Table) -> list[CommitInfo]:
-        """Commits of the table, oldest first, with the app transaction each one carried."""
+    def history(self, table: Table, *, after: int | None = None) -> list[CommitInfo]:
+        """Commits of the table, oldest first, with the app transaction each one carried; with `after`, only
+        those with a table version above it. Delta keeps one log file per commit and the history reads them
+        newest first, so with `after` the cost is the commits returned, not the table's age."""
+        delta = self._delta(table)
+        limit = None
+        if after is not None:
+            limit = delta.version() - after
+            if limit <= 0:
+                return []
         infos = []
-        for entry in self._delta(table).history():
+        for entry in delta.history(limit):
             app_id = entry.get(METADATA_APP_ID)
             txn = entry.get(METADATA_VERSION)
             infos.append(
@@ -221,6 +229,20 @@ class Lake:
                 )
             )
         return sorted(infos, key=lambda c: c.table_version)
+
+    def recent_history(self, table: Table, txn_version: int) -> list[CommitInfo]:
+        """The newest commits of a table committed in micro-batch order (a staging table by the stage step, a
+        warehouse table by its transform step), oldest first: back to and including the newest commit of an
+        earlier micro-batch (app transaction version below `txn_version`), or the whole history when there is
+        none. So the commits of micro-batch `txn_version` are among them, at a cost that does not grow with
+        the table's age (whole-history reads cost about 0.2 ms per commit: 0.1 s at 600 commits)."""
+        latest = self._delta(table).version()
+        window = 8
+        while True:
+            commits = self.history(table, after=max(latest - window, -1))
+            if window > latest or any(c.txn_version is not None and c.txn_version < txn_version for c in commits):
+                return commits
+            window *= 4
 
     # ----------------------------------------------------------------------------------------- writes
     def append(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:

@@ -246,7 +246,7 @@ def _migrate_upto(
             continue
         key = ledger_key(table)
         after = done_versions.get(key, 0)
-        history = lake.history(table)
+        history = lake.history(table, after=after)  # only the commits not migrated yet
         target = target_version(history, after, upto)
         versions[key] = target
         if target <= after:

@@ -358,6 +358,32 @@ def test_history_carries_the_app_transaction_of_each_streamdi_commit(lake_dir):
     assert lake.read_arrow(table).to_pylist() == [row(5)]
 
 
+def test_history_after_a_version_and_recent_history_read_only_the_newest_commits(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("recent")
+    for batch in range(1, 41):  # two commits per micro-batch: table versions 2b-1 and 2b
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/a", version=batch)
+        lake.append(table, arrow_rows(table, [row(100 + batch)]), app_id="stage/b", version=batch)
+
+    assert [(c.table_version, c.txn_version) for c in lake.history(table, after=76)] == [
+        (77, 39),
+        (78, 39),
+        (79, 40),
+        (80, 40),
+    ]
+    assert lake.history(table, after=80) == []
+    assert lake.history(table, after=-1) == lake.history(table)
+    assert len(lake.history(table)) == 81
+
+    # down to the newest commit of an earlier micro-batch, and no further than the next window
+    recent = lake.recent_history(table, 40)
+    assert recent[-3:] == lake.history(table, after=77)
+    assert len(recent) == 8  # the first window (8 commits) already reaches micro-batch 39
+    assert [c.table_version for c in lake.recent_history(table, 25) if c.txn_version == 25] == [49, 50]
+    # the first micro-batch has no earlier one: the whole history, table creation included
+    assert lake.recent_history(table, 1) == lake.history(table)
+
+
 # -- other readers, protocol, drift ----------------------------------------------------------------------
 
 
