@@ -92,7 +92,7 @@ class Lake:
     def ensure_table(self, table: Table) -> None:
         """Create `table` (empty, declared schema, change feed on) unless it exists; check the schema if it does."""
         if self.exists(table):
-            self._check_schema(table)
+            self._check_schema(table, self._delta(table))
             return
         path = self.path(table)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,8 +107,8 @@ class Lake:
             )
         log.info("created Delta table %s at %s", table.qualified_name, path)
 
-    def _check_schema(self, table: Table) -> None:
-        actual = [f.name for f in self._delta(table).schema().fields]
+    def _check_schema(self, table: Table, delta: DeltaTable) -> None:
+        actual = [f.name for f in delta.schema().fields]
         if actual != table.column_names:
             raise RuntimeError(
                 f"Delta table {table.qualified_name} at {self.path(table)} has columns {actual}, "
@@ -281,11 +281,15 @@ class Lake:
         mode: str,
         deletes: DataFrame | pa.Table | None = None,
     ) -> CommitResult:
-        self.ensure_table(table)
+        if not self.exists(table):
+            self.ensure_table(table)
         data = self.to_arrow(table, df)
         doomed = self._delete_keys(table, deletes)
         with self.lock(table.qualified_name):
+            # one snapshot for the whole check-then-commit (opening a table replays its log: ~10-20 ms each),
+            # brought up to date after each write with the commits it made
             delta = self._delta(table)
+            self._check_schema(table, delta)
             done = delta.transaction_version(app_id)
             if done is not None and done >= version:
                 log.info("skip %s %s: app transaction %s already at %s", mode, table.qualified_name, app_id, done)
@@ -302,15 +306,17 @@ class Lake:
             elif mode == "merge":
                 read_version = delta.version()
                 self._merge(delta, table, data, props, doomed)
-                if self._delta(table).version() == read_version:
+                delta.update_incremental()
+                if delta.version() == read_version:
                     # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
                     # it; record the transaction in an empty commit so a replay is still skipped.
                     empty = data.slice(0, 0)
-                    write_deltalake(self._delta(table), empty, mode="append", commit_properties=props)
+                    write_deltalake(delta, empty, mode="append", commit_properties=props)
             else:
                 write_deltalake(delta, data, mode=mode, commit_properties=props)
             fault_point("lake.after_commit")
-            new_version = self._delta(table).version()
+            delta.update_incremental()
+            new_version = delta.version()
         log.info(
             "%s %s rows into %s as %s@%s -> v%s",
             mode,
