@@ -5,8 +5,9 @@ Reads a lake that `bench/load.py` (or `streamdi load`) filled, and for every mic
   stage step adds);
 - warehouse: for each table a transform step built, reading back what the micro-batch's commit wrote
   (`jobs.validate.written_rows`, the Delta change feed) and the keys its checks resolve against
-  (`jobs.validate.key_values`; counted in "wh check s"), and validating it (the work each step adds, without the
-  one small `quality.results` commit per step).
+  (`jobs.validate.key_values`; counted in "wh check s"), and validating it (the work each step adds);
+- record: the `quality.results` commits the dataflow makes for it (one for the staging suites, one per transform
+  step), into a scratch lake.
 Each micro-batch is validated twice; the second (warm) time is the one reported, next to the number of trade
 rows it carries and, when `--load-seconds` gives the measured load time of the first micro-batch (Batch1), the
 share of it. A last row validates every incremental micro-batch as one (their staged rows together, and per table
@@ -21,7 +22,9 @@ Targets (issue 5): under 1 s warm for a 1,000-trade micro-batch, under 15% of th
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.validate import STEP_TABLES, key_values, written_rows  # noqa: E402
 from schemas import sources as src  # noqa: E402
+from schemas.quality import QUALITY_RESULTS  # noqa: E402
 from streamdi import quality  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
 
@@ -61,19 +65,23 @@ def main() -> None:
     trade_tables = {src.TRADE.staging.qualified_name, src.TRADE_CDC.staging.qualified_name}
     print(
         f"{'micro-batch':>11} {'rows':>10} {'trades':>8} {'suites':>6} {'staging s':>9} "
-        f"{'wh rows':>9} {'wh suites':>9} {'wh read s':>9} {'wh check s':>10} {'total s':>8}"
+        f"{'wh rows':>9} {'wh suites':>9} {'wh read s':>9} {'wh check s':>10} {'record s':>8} {'total s':>8}"
     )
+    scratch = Lake(Path(tempfile.mkdtemp(prefix="streamdi-bench-quality-")))
     for batch_id in batches:
-        measure(validator, lake, tables, built, trade_tables, [batch_id], args.load_seconds if batch_id == 1 else None)
+        seconds = args.load_seconds if batch_id == 1 else None
+        measure(validator, lake, scratch, tables, built, trade_tables, [batch_id], seconds)
     later = [b for b in batches if b > 1]
     if len(later) > 1:
         # every incremental micro-batch validated as ONE (as if they had arrived together): the "1,000-trade
         # micro-batch" of the target, out of data sets whose incremental micro-batches are smaller
-        measure(validator, lake, tables, built, trade_tables, later, None)
+        measure(validator, lake, scratch, tables, built, trade_tables, later, None)
 
 
-def measure(validator, lake, tables, built, trade_tables, batch_ids, load_seconds) -> None:
-    """Validate the rows of `batch_ids` as one micro-batch twice and print the second (warm) round."""
+def measure(validator, lake, scratch, tables, built, trade_tables, batch_ids, load_seconds) -> None:
+    """Validate the rows of `batch_ids` as one micro-batch twice and print the second (warm) round. The results
+    are recorded as the dataflow records them (one `quality.results` commit for the staging suites, one per
+    transform step) into the scratch lake `scratch`."""
     wanted = pa.array(batch_ids, pa.int64())
     parts = {
         n: rows.filter(pc.is_in(rows["batch_id"], value_set=wanted.cast(rows["batch_id"].type)))
@@ -83,11 +91,17 @@ def measure(validator, lake, tables, built, trade_tables, batch_ids, load_second
     batch_id = batch_ids[-1]
     for _ in range(2):  # the second (warm) round is printed
         t0 = time.perf_counter()
-        for name, rows in parts.items():
-            validator.validate(validator.suites[name], rows, batch_id)
+        results = [
+            validator.validate(validator.suites[n], rows, batch_id).result_rows(batch_id, 0)
+            for n, rows in parts.items()
+        ]
         staging_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        record(scratch, results)
+        record_s = time.perf_counter() - t0
         read_s = check_s = 0.0
         wh_rows = wh_suites = 0
+        by_step: dict[str, list] = {}
         for step, table, suite in built:
             t0 = time.perf_counter()
             written = [written_rows(lake, table, f"{step}/{table.name}", b) for b in batch_ids]
@@ -100,21 +114,35 @@ def measure(validator, lake, tables, built, trade_tables, batch_ids, load_second
             if not written:
                 continue
             t0 = time.perf_counter()
-            validator.validate(suite, written[0], batch_id, parameters=key_values(lake, suite, written[0]))
+            checked = validator.validate(suite, written[0], batch_id, parameters=key_values(lake, suite, written[0]))
             check_s += time.perf_counter() - t0
+            by_step.setdefault(step, []).append(checked.result_rows(batch_id, 0))
             wh_rows += written[0].num_rows
             wh_suites += 1
+        t0 = time.perf_counter()
+        for step_results in by_step.values():
+            record(scratch, step_results)
+        record_s += time.perf_counter() - t0
     rows = sum(p.num_rows for p in parts.values())
     trades = sum(p.num_rows for n, p in parts.items() if n in trade_tables)
-    total = staging_s + read_s + check_s
+    total = staging_s + read_s + check_s + record_s
     label = str(batch_ids[0]) if len(batch_ids) == 1 else f"{batch_ids[0]}..{batch_ids[-1]} as one"
     line = (
         f"{label:>11} {rows:>10,} {trades:>8,} {len(parts):>6} {staging_s:>9.2f} "
-        f"{wh_rows:>9,} {wh_suites:>9} {read_s:>9.2f} {check_s:>10.2f} {total:>8.2f}"
+        f"{wh_rows:>9,} {wh_suites:>9} {read_s:>9.2f} {check_s:>10.2f} {record_s:>8.2f} {total:>8.2f}"
     )
     if load_seconds:
         line += f"  ({total / load_seconds:.1%} of {load_seconds:.0f} s)"
     print(line, flush=True)
+
+
+_commits = itertools.count(1)
+
+
+def record(scratch: Lake, results: list) -> None:
+    """One `quality.results` commit of `results` (result rows of several suites), as a step makes it."""
+    if results:
+        scratch.append(QUALITY_RESULTS, pa.concat_tables(results), app_id="bench", version=next(_commits))
 
 
 if __name__ == "__main__":

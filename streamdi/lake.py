@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Lake:
         self.root = Path(root).absolute()
         self.spark = spark
         self._spark_factory = spark_factory
+        self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -116,9 +118,28 @@ class Lake:
             )
 
     def _delta(self, table: Table, version: int | None = None) -> DeltaTable:
+        """The table at `version`, or its latest snapshot. Opening a table replays its log (5-12 ms); a latest
+        snapshot is opened once per thread and brought up to date on every call instead (about 1 ms: reads only
+        the commits made since, by any process). Handles are per thread (delta-rs tables are not shared between
+        the threads of a wave), and a table removed and created again under the same path (its first log entry
+        replaced) is opened afresh."""
         if not self.exists(table):
             raise FileNotFoundError(f"Delta table {table.qualified_name} does not exist at {self.path(table)}")
-        return DeltaTable(str(self.path(table)), version=version)
+        path = self.path(table)
+        if version is not None:
+            return DeltaTable(str(path), version=version)
+        handles = self._handles.__dict__.setdefault("tables", {})
+        stamp = _first_commit_stamp(path)
+        cached = handles.get(path)
+        if cached is not None and stamp is not None and cached[1] == stamp:
+            try:
+                cached[0].update_incremental()
+                return cached[0]
+            except Exception:  # noqa: BLE001 - any failure to catch up: open the table afresh
+                log.debug("reopening Delta table %s", path, exc_info=True)
+        delta = DeltaTable(str(path))
+        handles[path] = (delta, stamp)
+        return delta
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
@@ -400,6 +421,16 @@ class Lake:
         if self.spark is None:
             raise RuntimeError("this Lake was opened without a SparkSession; pass one to read DataFrames")
         return self.spark
+
+
+def _first_commit_stamp(path: Path) -> tuple[int, int] | None:
+    """(inode, modification time) of a table's first commit file: a table created again under the same path has
+    another one. None when it is gone (log cleanup): the caller then opens the table afresh."""
+    try:
+        info = (path / "_delta_log" / "00000000000000000000.json").stat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_mtime_ns
 
 
 def _sorted(data: pa.Table, table: Table) -> pa.Table:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -383,6 +384,22 @@ def test_history_after_a_version_and_recent_history_read_only_the_newest_commits
     # the first micro-batch has no earlier one: the whole history, table creation included
     assert lake.recent_history(table, 1) == lake.history(table)
 
+
+
+def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_path(lake_dir):
+    lake, other = Lake(lake_dir), Lake(lake_dir)
+    table = lake_table("handles")
+    lake.append(table, arrow_rows(table, [row(1)]), app_id="a", version=1)
+    assert [r["id"] for r in lake.read_arrow(table).to_pylist()] == [1]
+    other.append(table, arrow_rows(table, [row(2)]), app_id="a", version=2)
+    assert [r["id"] for r in lake.read_arrow(table).to_pylist()] == [1, 2]  # its open table caught up
+
+    shutil.rmtree(other.path(table))  # removed, then created again with MORE commits than `lake` saw
+    for version, id_ in enumerate((3, 4, 5), start=1):
+        other.append(table, arrow_rows(table, [row(id_)]), app_id="a", version=version)
+    assert [r["id"] for r in lake.read_arrow(table).to_pylist()] == [3, 4, 5]
+    assert lake.committed_version(table, "a") == 3
+    assert [c.table_version for c in lake.history(table)] == [0, 1, 2, 3]
 
 # -- other readers, protocol, drift ----------------------------------------------------------------------
 
