@@ -307,8 +307,8 @@ class Lake:
         data = self.to_arrow(table, df)
         doomed = self._delete_keys(table, deletes)
         with self.lock(table.qualified_name):
-            # one snapshot for the whole check-then-commit (opening a table replays its log: ~10-20 ms each),
-            # brought up to date after each write with the commits it made
+            # one handle for the whole check-then-commit (caught up with every commit made before the lock was
+            # taken), brought up to date after each write with the commits it made
             delta = self._delta(table)
             self._check_schema(table, delta)
             done = delta.transaction_version(app_id)

@@ -412,10 +412,10 @@ class Validator:
         failing_rows: dict[int, list[str]] = {}  # row position -> quarantine checks it failed
         for check in suite.checks:  # in suite order, whatever order GX returns them in
             r = by_check[check.id]
+            success = _passed(r)
             error = None
-            if r.exception_info and r.exception_info.get("raised_exception"):
+            if (r.exception_info or {}).get("raised_exception"):
                 error = str(r.exception_info.get("exception_message") or "the expectation raised")
-            success = bool(r.success) and error is None
             info = r.result or {}
             unexpected = int(info.get("unexpected_count") or 0)
             elements = info.get("element_count")
@@ -448,6 +448,7 @@ class Validator:
 
 
 def _passed(result) -> bool:
+    """The check held: Great Expectations says so and its evaluation raised nothing."""
     return bool(result.success) and not (result.exception_info or {}).get("raised_exception")
 
 
