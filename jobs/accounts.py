@@ -93,6 +93,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from jobs.collect import collect_parts
 from jobs.messages import ALERT, alerts
 from jobs.scd2 import BATCH, END_OF_TIME, TS, build_versions, present_flag, surrogate_key, version_changes
 from jobs.scope import BatchScope
@@ -668,7 +669,6 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 
 
 DELETE = "_delete"  # marks the key-only rows to delete
-PART = "_table"  # which table a collected row belongs to
 
 
 def _table_changes(ctx: JobContext, table: Table, versions: DataFrame, natural: str, touched: DataFrame) -> DataFrame:
@@ -701,13 +701,10 @@ def _message_changes(ctx: JobContext, scope: BatchScope, raised: DataFrame, reso
 
 def collect_changes(parts: dict[Table, DataFrame]) -> dict[Table, tuple[pa.Table, pa.Table]]:
     """Collect every table's changes with one Spark action; per table: (rows to upsert, keys to delete)."""
-    if not parts:
-        return {}
-    tagged = [df.withColumn(PART, F.lit(t.name)) for t, df in parts.items()]
-    data = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged).toArrow()
+    data = collect_parts({t.name: df for t, df in parts.items()})
     out = {}
     for table in parts:
-        mine = data.filter(pc.equal(data[PART], table.name))
+        mine = data[table.name]
         gone = mine[DELETE].combine_chunks() if mine.num_rows else pa.array([], pa.bool_())
         out[table] = (mine.filter(pc.invert(gone)), mine.filter(gone).select(list(table.key)))
     return out

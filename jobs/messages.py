@@ -43,9 +43,11 @@ TPC-DI batch gives the same single row whatever the split (the counts per micro-
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from functools import reduce
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -70,6 +72,8 @@ ROW_COUNT = "Row count"
 INACTIVE_CUSTOMERS = "Inactive customers"
 INITIAL_BATCH = 0  # the spec's batch 0: the warehouse before Batch1
 
+# the columns of the rows `alerts` builds: DImessages without the time, which `commit_messages` adds
+ALERT_COLUMNS = pa.schema([f for f in DI_MESSAGES.arrow_schema() if f.name != "messagedateandtime"])
 # MessageSource -> table, for the tables of the validation query that streamdi builds (in the query's order).
 VALIDATED_TABLES: tuple[tuple[str, Table], ...] = (
     ("DimAccount", wh.DIM_ACCOUNT),
@@ -120,19 +124,30 @@ def alerts(
     )
 
 
-def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: DataFrame | None) -> int:
-    """Upsert message rows (as built by `alerts`) with the BatchDate of their batch as their time."""
+def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: DataFrame | pa.Table | None) -> int:
+    """Upsert message rows (as built by `alerts`, or the same columns collected as Arrow) with the BatchDate of
+    their batch as their time."""
     if rows is None or scope.committed(ctx, step, DI_MESSAGES):
         return 0
-    dates = scope.dates_frame(ctx).select(
-        F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
-    )
-    full = rows.join(dates, "batchid", "left").select(*DI_MESSAGES.column_names)
-    data = ctx.lake.to_arrow(DI_MESSAGES, full)
+    if isinstance(rows, pa.Table):
+        data = ctx.lake.to_arrow(DI_MESSAGES, dated_messages(scope, rows))
+    else:
+        dates = scope.dates_frame(ctx).select(
+            F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
+        )
+        data = ctx.lake.to_arrow(DI_MESSAGES, rows.join(dates, "batchid", "left").select(*DI_MESSAGES.column_names))
     if data.num_rows == 0:
         return 0
     ctx.lake.upsert(DI_MESSAGES, data, app_id=scope.app_id(step, DI_MESSAGES), version=scope.batch_id)
     return data.num_rows
+
+
+def dated_messages(scope: BatchScope, rows: pa.Table) -> pa.Table:
+    """Arrow message rows (the columns of `alerts`) with `messagedateandtime`: midnight of their batch's BatchDate,
+    NULL while it is unknown."""
+    midnight = {b: dt.datetime.combine(d, dt.time()) for b, d in scope.batch_dates.items()}
+    stamps = pa.array([midnight.get(b) for b in rows["batchid"].to_pylist()], pa.timestamp("us"))
+    return rows.append_column("messagedateandtime", stamps).select(DI_MESSAGES.column_names)
 
 
 def validation_counts(spark: SparkSession, tables: Mapping[str, DataFrame | None]) -> DataFrame:

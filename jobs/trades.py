@@ -50,6 +50,9 @@ Commits (app transactions `T3/<table>`, version = micro-batch, each skipped when
 then DImessages, then the holds table -- always, even when empty. The holds are an input of the recomputation,
 so they go last: a crash before their commit recomputes exactly the same result on rerun, and their recorded
 transaction marks T3 done for the micro-batch.
+
+Spark work: one action collects the touched trades' rows and the alerts of this micro-batch's records together
+(`jobs.collect`); the new hold rows and the rejection alerts are then derived from those rows in the driver.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.messages import alerts, commit_messages
+from jobs.collect import collect_parts
+from jobs.messages import ALERT, ALERT_COLUMNS, alerts, commit_messages
 from jobs.scd2 import valid_at
 from jobs.scope import BatchScope
 from schemas import sources as src
@@ -301,42 +305,44 @@ def trade_alerts(records: DataFrame) -> DataFrame:
     return commission.unionByName(fee)
 
 
-def rejection_alerts(rejected: DataFrame, limit: int) -> DataFrame:
-    """One "Trade rejected" Alert per rejected hold row (`tradeid`, `source_batch`, `reason`)."""
-    return alerts(
-        rejected,
-        source=SOURCE,
-        text=REJECT_TEXT,
-        when=F.lit(True),
-        data=F.concat(
-            F.lit("T_ID = "),
-            F.col("tradeid").cast("string"),
-            F.lit(f", still unresolved after {limit} micro-batches: "),
-            F.col("reason"),
-        ),
-        key=F.concat(F.lit("rejected T_ID="), F.col("tradeid").cast("string")),
-        batchid=F.col("source_batch"),
-    )
+def rejection_alerts(rejected: pa.Table, limit: int) -> pa.Table:
+    """One "Trade rejected" Alert per rejected hold row (`tradeid`, `source_batch`, `reason`), in the columns of
+    `alerts`."""
+    rows = rejected.to_pylist()
+    return pa.table(
+        {
+            "batchid": pa.array([r["source_batch"] for r in rows], pa.int32()),
+            "messagesource": [SOURCE] * len(rows),
+            "messagetext": [REJECT_TEXT] * len(rows),
+            "messagetype": [ALERT] * len(rows),
+            "messagedata": [
+                f"T_ID = {r['tradeid']}, still unresolved after {limit} micro-batches: {r['reason']}" for r in rows
+            ],
+            "messagekey": [f"rejected T_ID={r['tradeid']}" for r in rows],
+        },
+    ).cast(ALERT_COLUMNS)
 
 
 # ------------------------------------------------------------------------------------------------ holds
-def next_holds(unresolved: DataFrame, held_before: DataFrame, batch_id: int, limit: int) -> DataFrame:
+def next_holds(unresolved: pa.Table, held_before: pa.Table, batch_id: int, limit: int) -> pa.Table:
     """The hold rows of the trades that are still unresolved in micro-batch `batch_id`.
 
     `unresolved` has `tradeid`, `source_batch`, `reason`; `held_before` the hold rows in state `held` before
     this micro-batch. A trade keeps the `first_batch` of its hold (this micro-batch when new) and is rejected
     once `batch_id - first_batch >= limit`.
     """
-    first = held_before.select("tradeid", F.col("first_batch").alias("_first"))
-    joined = unresolved.join(first, "tradeid", "left")
-    first_batch = F.coalesce(F.col("_first"), F.lit(batch_id).cast("bigint"))
-    return joined.select(
-        F.col("tradeid"),
-        first_batch.alias("first_batch"),
-        F.col("source_batch").cast("int").alias("source_batch"),
-        F.col("reason"),
-        F.when(F.lit(batch_id) - first_batch >= F.lit(limit), F.lit(REJECTED)).otherwise(F.lit(HELD)).alias("state"),
-    )
+    first = dict(zip(held_before["tradeid"].to_pylist(), held_before["first_batch"].to_pylist(), strict=True))
+    trade_ids = unresolved["tradeid"].to_pylist()
+    first_batch = [first.get(t, batch_id) for t in trade_ids]
+    return pa.table(
+        {
+            "tradeid": pa.array(trade_ids, pa.int64()),
+            "first_batch": pa.array(first_batch, pa.int64()),
+            "source_batch": unresolved["source_batch"],
+            "reason": unresolved["reason"],
+            "state": [REJECTED if batch_id - f >= limit else HELD for f in first_batch],
+        }
+    ).cast(TRADE_HOLDS.arrow_schema())
 
 
 # ------------------------------------------------------------------------------------------------- run
@@ -469,32 +475,30 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     states = touched_trades(trade_states(candidates, trade_types), scope.batch_id, holds_df, *changed)
     built = build_trades(
         states, _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT), _read(ctx, wh.STATUS_TYPE), trade_types
-    ).cache()
+    )
+    # one Spark action for the trades and the alerts of this micro-batch's records
+    got = collect_parts({"trades": built, "alerts": trade_alerts(records.where(F.col("batch_id") == scope.batch_id))})
+    trades_built = got["trades"]
+    complete = pc.is_null(trades_built["_reason"])
+    unresolved = trades_built.filter(pc.invert(complete))
+    unresolved = unresolved.select(["tradeid", "_source_batch", "_reason"]).rename_columns(
+        ["tradeid", "source_batch", "reason"]
+    )
+    new_holds = next_holds(unresolved, holds.filter(pc.equal(holds["state"], HELD)), scope.batch_id, limit)
     rows: dict[str, int] = {}
-    try:
-        unresolved = built.where(F.col("_reason").isNotNull()).select(
-            "tradeid", F.col("_source_batch").alias("source_batch"), F.col("_reason").alias("reason")
-        )
-        new_holds = ctx.lake.to_arrow(TRADE_HOLDS, next_holds(unresolved, held, scope.batch_id, limit))
-        if not done[wh.DIM_TRADE.name]:
-            resolved = ctx.lake.to_arrow(wh.DIM_TRADE, built.where(F.col("_reason").isNull()))
-            gone = new_holds.select(["tradeid"])  # a held trade must not stay in DimTrade with old keys
-            if resolved.num_rows or gone.num_rows:
-                ctx.lake.upsert(
-                    wh.DIM_TRADE,
-                    resolved,
-                    app_id=scope.app_id(STEP, wh.DIM_TRADE),
-                    version=scope.batch_id,
-                    deletes=gone,
-                )
-            rows[wh.DIM_TRADE.name] = resolved.num_rows
-    finally:
-        built.unpersist()
+    if not done[wh.DIM_TRADE.name]:
+        resolved = ctx.lake.to_arrow(wh.DIM_TRADE, trades_built.filter(complete))
+        gone = new_holds.select(["tradeid"])  # a held trade must not stay in DimTrade with old keys
+        if resolved.num_rows or gone.num_rows:
+            ctx.lake.upsert(
+                wh.DIM_TRADE, resolved, app_id=scope.app_id(STEP, wh.DIM_TRADE), version=scope.batch_id, deletes=gone
+            )
+        rows[wh.DIM_TRADE.name] = resolved.num_rows
 
-    messages = trade_alerts(records.where(F.col("batch_id") == scope.batch_id))
+    messages = got["alerts"].select(ALERT_COLUMNS.names).cast(ALERT_COLUMNS)
     newly_rejected = new_holds.filter(pc.equal(new_holds["state"], REJECTED))
     if newly_rejected.num_rows:
-        messages = messages.unionByName(rejection_alerts(ctx.spark.createDataFrame(newly_rejected), limit))
+        messages = pa.concat_tables([messages, rejection_alerts(newly_rejected, limit)])
     rows[wh.DI_MESSAGES.name] = commit_messages(ctx, scope, STEP, messages)
 
     still = set(new_holds["tradeid"].to_pylist())
