@@ -385,7 +385,6 @@ def test_history_after_a_version_and_recent_history_read_only_the_newest_commits
     assert lake.recent_history(table, 1) == lake.history(table)
 
 
-
 def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_path(lake_dir):
     lake, other = Lake(lake_dir), Lake(lake_dir)
     table = lake_table("handles")
@@ -400,6 +399,23 @@ def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_p
     assert [r["id"] for r in lake.read_arrow(table).to_pylist()] == [3, 4, 5]
     assert lake.committed_version(table, "a") == 3
     assert [c.table_version for c in lake.history(table)] == [0, 1, 2, 3]
+
+
+def test_read_reuses_the_dataframe_of_unchanged_files_and_never_serves_a_stale_snapshot(spark, lake_dir):
+    lake, other = Lake(lake_dir, spark), Lake(lake_dir, spark)
+    table = lake_table("frames")
+    lake.append(table, arrow_rows(table, [row(1)]), app_id="a", version=1)
+    first = lake.read(table)
+    assert lake.read(table) is first  # same files: the kept DataFrame
+    other.append(table, arrow_rows(table, [row(2)]), app_id="a", version=2)  # another writer
+    assert sorted(r.id for r in lake.read(table).collect()) == [1, 2]
+    assert sorted(r.id for r in lake.read(table, version=1).collect()) == [1]
+    assert lake.read(table, version=1) is first  # the old version's files: the same DataFrame again
+
+    shutil.rmtree(lake.path(table))  # created again under the same path: other files, other DataFrame
+    other.append(table, arrow_rows(table, [row(7)]), app_id="a", version=1)
+    assert [r.id for r in lake.read(table).collect()] == [7]
+
 
 # -- other readers, protocol, drift ----------------------------------------------------------------------
 
