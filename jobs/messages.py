@@ -74,6 +74,7 @@ INITIAL_BATCH = 0  # the spec's batch 0: the warehouse before Batch1
 
 # the columns of the rows `alerts` builds: DImessages without the time, which `commit_messages` adds
 ALERT_COLUMNS = pa.schema([f for f in DI_MESSAGES.arrow_schema() if f.name != "messagedateandtime"])
+
 # MessageSource -> table, for the tables of the validation query that streamdi builds (in the query's order).
 VALIDATED_TABLES: tuple[tuple[str, Table], ...] = (
     ("DimAccount", wh.DIM_ACCOUNT),
