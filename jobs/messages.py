@@ -127,16 +127,12 @@ def alerts(
 
 def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: DataFrame | pa.Table | None) -> int:
     """Upsert message rows (as built by `alerts`, or the same columns collected as Arrow) with the BatchDate of
-    their batch as their time."""
+    their batch as their time (`dated_messages`)."""
     if rows is None or scope.committed(ctx, step, DI_MESSAGES):
         return 0
-    if isinstance(rows, pa.Table):
-        data = ctx.lake.to_arrow(DI_MESSAGES, dated_messages(scope, rows))
-    else:
-        dates = scope.dates_frame(ctx).select(
-            F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
-        )
-        data = ctx.lake.to_arrow(DI_MESSAGES, rows.join(dates, "batchid", "left").select(*DI_MESSAGES.column_names))
+    if isinstance(rows, DataFrame):
+        rows = rows.select(*ALERT_COLUMNS.names).toArrow()
+    data = ctx.lake.to_arrow(DI_MESSAGES, dated_messages(scope, rows))
     if data.num_rows == 0:
         return 0
     ctx.lake.upsert(DI_MESSAGES, data, app_id=scope.app_id(step, DI_MESSAGES), version=scope.batch_id)

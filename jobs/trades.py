@@ -480,11 +480,13 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     got = collect_parts({"trades": built, "alerts": trade_alerts(records.where(F.col("batch_id") == scope.batch_id))})
     trades_built = got["trades"]
     complete = pc.is_null(trades_built["_reason"])
-    unresolved = trades_built.filter(pc.invert(complete))
-    unresolved = unresolved.select(["tradeid", "_source_batch", "_reason"]).rename_columns(
-        ["tradeid", "source_batch", "reason"]
+    unresolved = (
+        trades_built.filter(pc.invert(complete))
+        .select(["tradeid", "_source_batch", "_reason"])
+        .rename_columns(["tradeid", "source_batch", "reason"])
     )
-    new_holds = next_holds(unresolved, holds.filter(pc.equal(holds["state"], HELD)), scope.batch_id, limit)
+    held_before = holds.filter(pc.equal(holds["state"], HELD))
+    new_holds = next_holds(unresolved, held_before, scope.batch_id, limit)
     rows: dict[str, int] = {}
     if not done[wh.DIM_TRADE.name]:
         resolved = ctx.lake.to_arrow(wh.DIM_TRADE, trades_built.filter(complete))
@@ -502,8 +504,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     rows[wh.DI_MESSAGES.name] = commit_messages(ctx, scope, STEP, messages)
 
     still = set(new_holds["tradeid"].to_pylist())
-    before = holds.filter(pc.equal(holds["state"], HELD))["tradeid"].to_pylist()
-    released = sorted(t for t in before if t not in still)
+    released = sorted(t for t in held_before["tradeid"].to_pylist() if t not in still)
     # committed even when empty: the holds commit is T3's last, so its app transaction marks T3 done
     ctx.lake.upsert(
         TRADE_HOLDS,
