@@ -24,6 +24,15 @@ def mask_url(url: str | None) -> str | None:
     return _SECRET_IN_URL.sub(lambda m: f"{m['head']}***{m['tail']}", url)
 
 
+# HotSpot's optimizing (C2) compiler starts on a method after 5,000 calls or 15,000 calls and loops; a load's
+# first Spark jobs then spend about as much CPU compiling as computing (Batch1 at SF 3: ~50 s of compilation in
+# a ~50 s stage, on 2 cores). Ten times those thresholds compiles only the really hot code (measured in
+# bench/README.md, 2026-11-22 "JIT").
+DRIVER_JIT_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
+
+
 class Settings(BaseSettings):
     """Effective configuration. Paths left unset derive from `home`."""
 
@@ -41,6 +50,11 @@ class Settings(BaseSettings):
     spark_ui: bool = Field(default=False, description="Start the Spark web UI.")
     spark_shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions.")
     spark_driver_memory: str = Field(default="2g", description="spark.driver.memory.")
+    spark_driver_java_options: str = Field(
+        default=DRIVER_JIT_OPTIONS,
+        description="Extra JVM options of the Spark driver (in local mode the JVM that runs every task); "
+        "the default makes HotSpot's optimizing compiler wait for hotter code (see docs/architecture.md).",
+    )
     database_url: str | None = Field(
         default=None,
         validation_alias="DATABASE_URL",
@@ -84,6 +98,7 @@ class Settings(BaseSettings):
             "STREAMDI_SPARK_UI": str(self.spark_ui).lower(),
             "STREAMDI_SPARK_SHUFFLE_PARTITIONS": str(self.spark_shuffle_partitions),
             "STREAMDI_SPARK_DRIVER_MEMORY": self.spark_driver_memory,
+            "STREAMDI_SPARK_DRIVER_JAVA_OPTIONS": self.spark_driver_java_options,
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
             "STREAMDI_TRADE_HOLD_BATCHES": str(self.trade_hold_batches),

@@ -33,7 +33,9 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     # Workers must use this interpreter, not whatever `python3` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     log_config = Path(__file__).with_name("log4j2.properties")
-    java_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile=file:{log_config}"
+    java_options = (
+        f"-Duser.timezone=UTC -Dlog4j2.configurationFile=file:{log_config} {settings.spark_driver_java_options}"
+    )
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
