@@ -88,10 +88,12 @@ import logging
 from dataclasses import dataclass
 from functools import reduce
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from jobs.collect import collect_changes, flagged_changes
+from jobs.collect import collect_parts
 from jobs.messages import ALERT, alerts
 from jobs.scd2 import BATCH, END_OF_TIME, TS, build_versions, present_flag, surrogate_key, version_changes
 from jobs.scope import BatchScope
@@ -648,12 +650,12 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     ).unionByName(
         resolved_alerts(existing, raised, account_keys, source="DimAccount", natural="accountid", label="CA_ID")
     )
-    table_changes = {
+    changes = {
         wh.DIM_CUSTOMER: lambda: _table_changes(ctx, wh.DIM_CUSTOMER, customers, "customerid", customer_keys),
         wh.DIM_ACCOUNT: lambda: _table_changes(ctx, wh.DIM_ACCOUNT, accounts, "accountid", account_keys),
         wh.DI_MESSAGES: lambda: _message_changes(ctx, scope, raised, resolved),
     }
-    collected = collect_changes({t: table_changes[t]() for t in todo})
+    collected = collect_changes({t: changes[t]() for t in todo})
     rows: dict[str, int] = {}
     for table, (new, gone) in collected.items():
         # committed even when empty, so that the app transaction records the micro-batch as done
@@ -666,9 +668,15 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     return rows
 
 
+DELETE = "_delete"  # marks the key-only rows to delete
+
+
 def _table_changes(ctx: JobContext, table: Table, versions: DataFrame, natural: str, touched: DataFrame) -> DataFrame:
     """The rows to upsert into `table` and (flagged `_delete`, key only) the keys to delete."""
-    return flagged_changes(*version_changes(_table(ctx, table), versions, table, [natural], touched))
+    upserts, deletes = version_changes(_table(ctx, table), versions, table, [natural], touched)
+    return upserts.withColumn(DELETE, F.lit(False)).unionByName(
+        deletes.withColumn(DELETE, F.lit(True)), allowMissingColumns=True
+    )
 
 
 def _message_changes(ctx: JobContext, scope: BatchScope, raised: DataFrame, resolved: DataFrame) -> DataFrame:
@@ -686,4 +694,17 @@ def _message_changes(ctx: JobContext, scope: BatchScope, raised: DataFrame, reso
         .agg(*[F.min(c).alias(c) for c in values])
         .select(*wh.DI_MESSAGES.column_names)
     )
-    return flagged_changes(dated, resolved)
+    return dated.withColumn(DELETE, F.lit(False)).unionByName(
+        resolved.withColumn(DELETE, F.lit(True)), allowMissingColumns=True
+    )
+
+
+def collect_changes(parts: dict[Table, DataFrame]) -> dict[Table, tuple[pa.Table, pa.Table]]:
+    """Collect every table's changes with one Spark action; per table: (rows to upsert, keys to delete)."""
+    data = collect_parts({t.name: df for t, df in parts.items()})
+    out = {}
+    for table in parts:
+        mine = data[table.name]
+        gone = mine[DELETE].combine_chunks() if mine.num_rows else pa.array([], pa.bool_())
+        out[table] = (mine.filter(pc.invert(gone)), mine.filter(gone).select(list(table.key)))
+    return out

@@ -16,10 +16,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from schemas.model import Table
-
-DELETE = "_delete"  # marks the key-only rows of `flagged_changes` that name keys to delete
-
 
 def collect_parts(parts: Mapping[str, DataFrame]) -> dict[str, pa.Table]:
     """Every DataFrame of `parts` as an Arrow table with its own columns, all computed by one Spark action.
@@ -43,22 +39,3 @@ def _nullable_struct(df: DataFrame) -> Column:
     and PySpark's Arrow conversion rejects a NULL struct with non-nullable fields."""
     fields = [T.StructField(f.name, f.dataType, True) for f in df.schema.fields]
     return F.struct(*[F.col(c) for c in df.columns]).cast(T.StructType(fields))
-
-
-def flagged_changes(upserts: DataFrame, deletes: DataFrame) -> DataFrame:
-    """One frame of a table's changes: the rows to upsert, then (flagged `DELETE`, other columns NULL) the keys to
-    delete. `deletes` holds key columns only."""
-    return upserts.withColumn(DELETE, F.lit(False)).unionByName(
-        deletes.withColumn(DELETE, F.lit(True)), allowMissingColumns=True
-    )
-
-
-def collect_changes(parts: Mapping[Table, DataFrame]) -> dict[Table, tuple[pa.Table, pa.Table]]:
-    """Every table's `flagged_changes` with one Spark action; per table: (rows to upsert, keys to delete)."""
-    data = collect_parts({t.name: df for t, df in parts.items()})
-    out = {}
-    for table in parts:
-        mine = data[table.name]
-        gone = mine[DELETE].combine_chunks() if mine.num_rows else pa.array([], pa.bool_())
-        out[table] = (mine.filter(pc.invert(gone)), mine.filter(gone).select(list(table.key)))
-    return out

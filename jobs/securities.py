@@ -56,19 +56,17 @@ its `sk_companyid` (`company_of_key`, the inverse of `surrogate_key`).
 Each table is committed once per micro-batch (`T1/<table>`, micro-batch id; DImessages as `T1/dimessages`,
 upserts and withdrawals in one MERGE, stamped like `jobs.messages.commit_messages`), and a table already
 committed for this micro-batch is skipped, so a rerun changes nothing. A few small intermediate results are
-computed once and their lineage cut (`_pin`), and the four tables' rows and deleted keys come back with one
-Spark action (`jobs.collect.collect_changes`) before the commits, which keeps the step at a handful of Spark
-queries.
+computed once and their lineage cut (`_pin`), which keeps the step at a handful of Spark queries.
 """
 
 from __future__ import annotations
 
 from functools import reduce
 
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from jobs.collect import collect_changes, flagged_changes
 from jobs.messages import ALERT, alerts
 from jobs.scd2 import END_OF_TIME, build_versions, hashed_surrogate_key, surrogate_key, valid_at, version_changes
 from jobs.scope import BatchScope
@@ -578,24 +576,48 @@ def _run(ctx: JobContext, scope: BatchScope, everything: bool) -> dict[str, int]
     )
     withdrawn = withdrawn_alerts(_warehouse(ctx, wh.DI_MESSAGES), examined_keys, raised)
 
-    # every table's rows and deleted keys come back with one Spark action, then each table is committed
+    written: dict[str, int] = {}
+    for table, rows, deletes in (
+        (wh.DIM_COMPANY, versions, company_deletes),
+        (wh.DIM_SECURITY, securities, security_deletes),
+        (wh.FINANCIAL, financials, financial_deletes),
+    ):
+        n = _commit(ctx, scope, table, rows, deletes)
+        if n is not None:
+            written[table.name] = n
+    n = _commit_alerts(ctx, scope, raised, withdrawn)
+    if n is not None:
+        written[wh.DI_MESSAGES.name] = n
+    return written
+
+
+def _commit(ctx: JobContext, scope: BatchScope, table: Table, rows: DataFrame, deletes: DataFrame) -> int | None:
+    """Upsert `rows` and delete the keys in `deletes` in one commit `T1/<table>`; None if already committed.
+
+    Rows and delete keys are computed by one Spark query (a flagged union), split afterwards in Arrow."""
+    if scope.committed(ctx, STEP, table):
+        return None
+    flag, names = "_delete", table.column_names
+    keep = rows.select(*[F.col(c) for c in table.column_names], F.lit(False).alias(flag))
+    drop = deletes.select(
+        *[F.col(c) if c in table.key else F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in names],
+        F.lit(True).alias(flag),
+    )
+    both = keep.unionByName(drop).toArrow()
+    is_delete = both[flag]
+    data = ctx.lake.to_arrow(table, both.filter(pc.invert(is_delete)).drop_columns([flag]))
+    doomed = both.filter(is_delete).select(list(table.key))
+    ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=doomed)
+    return data.num_rows
+
+
+def _commit_alerts(ctx: JobContext, scope: BatchScope, raised: DataFrame, withdrawn: DataFrame) -> int | None:
+    """Upsert the raised alerts (time = their batch's BatchDate, as `jobs.messages.commit_messages` does) and
+    delete the withdrawn ones, in one commit `T1/dimessages`."""
+    if scope.committed(ctx, STEP, wh.DI_MESSAGES):
+        return None
     dates = scope.dates_frame(ctx).select(
         F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
     )
-    dated_alerts = raised.join(dates, "batchid", "left")  # message time: the BatchDate, as in `jobs.messages`
-    parts = {
-        table: flagged_changes(rows.select(*table.column_names), deletes.select(*table.key))
-        for table, rows, deletes in (
-            (wh.DIM_COMPANY, versions, company_deletes),
-            (wh.DIM_SECURITY, securities, security_deletes),
-            (wh.FINANCIAL, financials, financial_deletes),
-            (wh.DI_MESSAGES, dated_alerts, withdrawn),
-        )
-        if not scope.committed(ctx, STEP, table)
-    }
-    written: dict[str, int] = {}
-    for table, (new, gone) in collect_changes(parts).items():
-        data = ctx.lake.to_arrow(table, new)
-        ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
-        written[table.name] = data.num_rows
-    return written
+    full = raised.join(dates, "batchid", "left").select(*wh.DI_MESSAGES.column_names)
+    return _commit(ctx, scope, wh.DI_MESSAGES, full, withdrawn)

@@ -1,5 +1,4 @@
-"""`collect_parts`: several DataFrames brought to the driver by one Spark action, each with its own columns;
-`collect_changes`: per table, the rows to upsert and the keys to delete, split after that one action."""
+"""`collect_parts`: several DataFrames brought to the driver by one Spark action, each with its own columns."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ import decimal
 import pytest
 from pyspark.sql import functions as F
 
-from jobs.collect import collect_changes, collect_parts, flagged_changes
-from schemas.model import Column, Table
+from jobs.collect import collect_parts
 from streamdi.spark import literal_frame
 
 pytestmark = pytest.mark.integration
@@ -38,23 +36,3 @@ def test_each_part_comes_back_with_its_own_rows_and_types_from_one_action(spark)
 
 def test_no_parts_need_no_spark_action(spark):
     assert collect_parts({}) == {}
-
-
-def test_changes_of_each_table_split_into_upserts_and_deleted_keys(spark):
-    names = Table("t_names", "warehouse", (Column("id", "bigint", False), Column("name", "string")), key=("id",))
-    dates = Table("t_dates", "warehouse", (Column("day", "date", False), Column("n", "int")), key=("day",))
-    upserts = literal_frame(spark, [(1, "one"), (2, None)], "id bigint, name string")
-    gone = literal_frame(spark, [(3,)], "id bigint")
-    no_dates = literal_frame(spark, [], "day date, n int")
-    no_keys = literal_frame(spark, [], "day date")
-
-    got = collect_changes({names: flagged_changes(upserts, gone), dates: flagged_changes(no_dates, no_keys)})
-
-    new, deleted = got[names]
-    assert sorted(new.select(["id", "name"]).to_pylist(), key=lambda r: r["id"]) == [
-        {"id": 1, "name": "one"},
-        {"id": 2, "name": None},
-    ]
-    assert deleted.to_pylist() == [{"id": 3}]
-    new, deleted = got[dates]
-    assert new.num_rows == 0 and deleted.num_rows == 0 and deleted.column_names == ["day"]
