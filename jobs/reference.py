@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from jobs.collect import collect_parts
 from jobs.scd2 import END_OF_TIME, surrogate_key
 from jobs.scope import BatchScope
 from schemas import sources as src
@@ -95,28 +94,22 @@ def build_brokers(hr: DataFrame, first_day: DataFrame) -> DataFrame:
 
 
 def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
-    """Upsert the batch's staged reference rows into the warehouse tables (one commit per table).
-
-    The tables' rows are computed by one Spark action (`collect_parts`), then committed one by one."""
+    """Upsert the batch's staged reference rows into the warehouse tables (one commit per table)."""
     batch_id = scope.batch_id
     # built on first use: a micro-batch without reference files should not pay for it
     arrival = functools.cache(
         lambda: literal_frame(ctx.spark, sorted(scope.file_seq.items()), "source_file string, file_seq int")
     )
-    results: dict[str, tuple[Table, DataFrame]] = {}
+    rows: dict[str, int] = {}
+    committed: dict[str, bool] = {}
     for source, target in REFERENCE_FEEDS:
         if not scope.carries(source.name):
             continue
         staged = scope.staged(ctx, source.staging)
         if staged is None or scope.committed(ctx, "T0", target):
             continue
-        built = build_reference_table(staged, target, arrival())
-        results[target.name] = (target, built.select(*[F.col(f.name).cast(f.dataType) for f in target.spark_schema()]))
-    collected = collect_parts({name: df for name, (_, df) in results.items()})
-    rows: dict[str, int] = {}
-    committed: dict[str, bool] = {}
-    for name, (target, _) in results.items():
-        data = ctx.lake.to_arrow(target, collected[name])
+        result = build_reference_table(staged, target, arrival())
+        data = ctx.lake.to_arrow(target, result)
         if data.num_rows == 0:
             continue
         commit = ctx.lake.upsert(target, data, app_id=scope.app_id("T0", target), version=batch_id)
