@@ -17,8 +17,19 @@ def test_driver_jvm_gets_the_configured_java_options(spark, settings):
     assert settings.spark_driver_java_options  # the default is not empty
     for option in settings.spark_driver_java_options.split():
         assert option in arguments
-    assert "-XX:Tier4InvocationThreshold=50000" in arguments
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+
+
+def test_default_java_options_raise_the_c2_thresholds(monkeypatch, tmp_path):
+    from streamdi.settings import Settings
+
+    monkeypatch.delenv("STREAMDI_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    assert Settings().spark_driver_java_options.split() == [
+        "-XX:Tier4InvocationThreshold=50000",
+        "-XX:Tier4CompileThreshold=150000",
+        "-XX:Tier4BackEdgeThreshold=400000",
+    ]
 
 
 def test_java_options_come_from_the_environment(monkeypatch, tmp_path):
