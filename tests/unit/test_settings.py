@@ -56,3 +56,21 @@ def test_streamdi_config_masks_secrets(monkeypatch, tmp_path: Path):
     assert "postgresql://loader:***@db:5432/dw" in result.output
     assert "hunter2" not in result.output and "reader-secret" not in result.output
     assert str(tmp_path / "lake") in result.output
+
+
+def test_default_java_options_raise_the_c2_thresholds(monkeypatch, tmp_path):
+    monkeypatch.delenv("STREAMDI_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    assert Settings().spark_driver_java_options.split() == [
+        "-XX:Tier4InvocationThreshold=50000",
+        "-XX:Tier4CompileThreshold=150000",
+        "-XX:Tier4BackEdgeThreshold=400000",
+    ]
+
+
+def test_java_options_come_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.setenv("STREAMDI_SPARK_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+    settings = Settings()
+    assert settings.spark_driver_java_options == "-XX:TieredStopAtLevel=1"
+    assert settings.public_view()["STREAMDI_SPARK_DRIVER_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=1"
