@@ -217,6 +217,8 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
             failed = {a: n for a, n in d.get("checks", {}).items() if a != "passed"}
             if failed:
                 text += "; warehouse checks: " + ", ".join(f"{n} {a}" for a, n in sorted(failed.items()))
+            if d.get("compacted"):
+                text += f"; compacted {len(d['compacted'])} table(s)"
         verb = "HALTED after" if d.get("halted") else "done in"
         console.print(f"  batch {step.batch_id} {step.stage:<9} {verb} {step.seconds:5.1f}s: {text}")
 

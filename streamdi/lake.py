@@ -8,6 +8,7 @@ Spark does the compute; this module moves DataFrames in and out of Delta tables:
   whose version is not newer is skipped, so a retried or replayed commit is a no-op. delta-rs records app
   transactions but does not enforce them, hence the check here;
 - `changes` reads the change data feed between two versions;
+- `compact` bin-packs the small files that micro-batches leave behind (a commit that changes no rows);
 - every table is created from its declared schema with the change data feed on, and without deletion
   vectors or column mapping, so any Delta engine can read it.
 
@@ -46,6 +47,8 @@ TABLE_PROPERTIES = {
 }
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
+METADATA_MAINTENANCE = "streamdi.maintenance"  # marks compaction commits (they carry no app transaction)
+COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
 FRAMES_KEPT = 64  # snapshot DataFrames `Lake.read` keeps for reuse
 
 
@@ -122,14 +125,17 @@ class Lake:
             )
 
     def _delta(self, table: Table, version: int | None = None) -> DeltaTable:
-        """The table at `version`, or its latest snapshot. Opening a table replays its log (5-12 ms); a latest
-        snapshot is opened once per thread and brought up to date on every call instead (about 1 ms: reads only
-        the commits made since, by any process). Handles are per thread (delta-rs tables are not shared between
-        the threads of a wave), and a table removed and created again under the same path (its first log entry
-        replaced) is opened afresh."""
+        """The table at `version`, or its latest snapshot (see `_delta_at`)."""
         if not self.exists(table):
             raise FileNotFoundError(f"Delta table {table.qualified_name} does not exist at {self.path(table)}")
-        path = self.path(table)
+        return self._delta_at(self.path(table), version)
+
+    def _delta_at(self, path: Path, version: int | None = None) -> DeltaTable:
+        """The Delta table at `path`, at `version` or its latest snapshot. Opening a table replays its log
+        (5-12 ms); a latest snapshot is opened once per thread and brought up to date on every call instead
+        (about 1 ms: reads only the commits made since, by any process). Handles are per thread (delta-rs tables
+        are not shared between the threads of a wave), and a table removed and created again under the same path
+        (its first log entry replaced) is opened afresh."""
         if version is not None:
             return DeltaTable(str(path), version=version)
         handles = self._handles.__dict__.setdefault("tables", {})
@@ -421,6 +427,48 @@ class Lake:
             updates={c: f"s.{c}" for c in table.column_names}, predicate=f"NOT s.{flag}"
         ).execute()
 
+    # ----------------------------------------------------------------------------------------- maintenance
+    def compact(self, min_small_files: int) -> dict[str, int]:
+        """Bin-pack the small data files of every table of the lake that has at least `min_small_files` of them
+        (files under `COMPACT_TARGET_BYTES`) into files of up to that size; returns the files removed per table
+        compacted (qualified name). `min_small_files` 0 compacts nothing.
+
+        Each micro-batch adds a file to every table it writes, and Spark pays per file on every read of the
+        table, so without this a streaming load slows down as it ages. Compaction is one Delta commit per table
+        (operation OPTIMIZE) that changes no rows: it carries no app transaction, the change data feed has no
+        rows for it (so migration and validation skip it), and the files it replaces stay on disk, so older
+        snapshots and readers still on them keep working. It runs under the table's commit lock; a crash
+        leaves either the old or the new file set, both with the same rows, and the next call compacts again.
+        """
+        done: dict[str, int] = {}
+        if min_small_files <= 0:
+            return done
+        for log_dir in sorted(self.root.glob("*/*/_delta_log")):
+            path = log_dir.parent
+            if path.parent.name.startswith("_"):
+                continue
+            name = f"{path.parent.name}.{path.name}"  # the table's qualified name: its lock
+            removed = self._compact(path, name, min_small_files)
+            if removed:
+                done[name] = removed
+        return done
+
+    def _compact(self, path: Path, name: str, min_small_files: int) -> int:
+        if _small_files(self._delta_at(path)) < min_small_files:  # the common case, without the lock
+            return 0
+        with self.lock(name):
+            delta = self._delta_at(path)
+            if _small_files(delta) < min_small_files:
+                return 0
+            metrics = delta.optimize.compact(
+                target_size=COMPACT_TARGET_BYTES,
+                commit_properties=CommitProperties(custom_metadata={METADATA_MAINTENANCE: "compact"}),
+            )
+            fault_point("lake.after_compact")
+            delta.update_incremental()
+        log.info("compacted %s: %s small files into %s", name, metrics["numFilesRemoved"], metrics["numFilesAdded"])
+        return int(metrics["numFilesRemoved"])
+
     def to_arrow(self, table: Table, df: DataFrame | pa.Table) -> pa.Table:
         """Rows of `df` as an Arrow table with exactly the declared schema, in the declared order."""
         if isinstance(df, DataFrame):
@@ -451,6 +499,14 @@ def _first_commit_stamp(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return info.st_ino, info.st_mtime_ns
+
+
+def _small_files(delta: DeltaTable) -> int:
+    """Data files of the latest snapshot below the compaction target size."""
+    actions = delta.get_add_actions(flatten=True)
+    if actions.num_rows == 0:
+        return 0
+    return sum(1 for size in actions.column("size_bytes").to_pylist() if size < COMPACT_TARGET_BYTES)
 
 
 def _sorted(data: pa.Table, table: Table) -> pa.Table:

@@ -77,7 +77,19 @@ def transform_job(ctx: JobContext, batch_id: int) -> dict:
         log.warning("micro-batch %s halted: %s", batch_id, detail["halted"])
         return detail
     batch_log.mark(batch_id, "transform", "done", now=_now(), detail=detail)
+    detail["compacted"] = compact_job(ctx)
     return detail
+
+
+def compact_job(ctx: JobContext) -> dict[str, int]:
+    """Compact the lake's tables that have piled up `compact_small_files` small files (`Lake.compact`): after a
+    micro-batch's transform, so the next micro-batch reads few files. The micro-batch's data is committed and
+    marked done first; compaction changes no rows, so a failure here is logged and retried after the next one."""
+    try:
+        return ctx.lake.compact(ctx.settings.compact_small_files)
+    except Exception:  # noqa: BLE001 - maintenance must not fail a committed micro-batch
+        log.exception("compaction failed; it is retried after the next micro-batch")
+        return {}
 
 
 def migrate_job(ctx: JobContext, batch_id: int) -> dict:

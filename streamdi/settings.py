@@ -65,6 +65,12 @@ class Settings(BaseSettings):
         default=None, description="Password for the read-only reporting role (none: trust/peer auth only)."
     )
     loader_password: str | None = Field(default=None, description="Password for the loader role.")
+    compact_small_files: int = Field(
+        default=16,
+        ge=0,
+        description="Compact a Delta table once it holds this many small data files (0: never). Every micro-batch "
+        "adds a file to each table it writes; compaction keeps reads from slowing down as they pile up.",
+    )
     trade_hold_batches: int = Field(
         default=20,
         ge=0,
@@ -102,6 +108,7 @@ class Settings(BaseSettings):
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
             "STREAMDI_TRADE_HOLD_BATCHES": str(self.trade_hold_batches),
+            "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
             "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",
             "STREAMDI_READER_PASSWORD": secret if self.reader_password else "(unset)",
         }

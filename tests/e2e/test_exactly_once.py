@@ -43,18 +43,21 @@ def data(tmp_path_factory) -> Path:
     return out
 
 
-def env_for(home: Path, fault: str | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("STREAMDI_FAULT_AT", "DATABASE_URL")}
+def env_for(home: Path, fault: str | None = None, compact: str | None = None) -> dict[str, str]:
+    drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER="local[2]", STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
     if fault:
         env["STREAMDI_FAULT_AT"] = fault
+    if compact:
+        env["STREAMDI_COMPACT_SMALL_FILES"] = compact
     return env
 
 
-def load(home: Path, data: Path, batch: int, fault: str | None = None) -> int:
+def load(home: Path, data: Path, batch: int, fault: str | None = None, compact: str | None = None) -> int:
     done = subprocess.run(
         [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
-        env=env_for(home, fault),
+        env=env_for(home, fault, compact),
         capture_output=True,
         text=True,
         timeout=600,
@@ -70,6 +73,15 @@ def streamdi_commits(lake_root: Path) -> int:
     for log_dir in lake_root.glob("*/*/_delta_log"):
         total += sum(1 for entry in DeltaTable(str(log_dir.parent)).history() if entry.get("streamdi.app_id"))
     return total
+
+
+def compacted_layers(lake_root: Path) -> set[str]:
+    """The layers with a table that was compacted (an OPTIMIZE commit in its history)."""
+    return {
+        log_dir.parent.parent.name
+        for log_dir in lake_root.glob("*/*/_delta_log")
+        if any(entry.get("operation") == "OPTIMIZE" for entry in DeltaTable(str(log_dir.parent)).history())
+    }
 
 
 def snapshot(home: Path) -> dict:
@@ -117,10 +129,13 @@ def test_crash_after_a_random_commit_then_rerun_equals_the_uncrashed_run(seed, b
     home = tmp_path / "home"
     if batch == 2:
         copy_home(after_batch1, home)
-    assert load(home, data, batch, fault=f"lake.after_commit#{nth}") == -9
-    assert load(home, data, batch) == 0  # the rerun finishes the batch
+    # the crashed run and its rerun compact every table with 2 small files (the reference never compacts): the
+    # compaction commits sit between the batches' commits, in the change feeds that migration reads
+    assert load(home, data, batch, fault=f"lake.after_commit#{nth}", compact="2") == -9
+    assert load(home, data, batch, compact="2") == 0  # the rerun finishes the batch
     if batch == 1:
-        assert load(home, data, 2) == 0
+        assert load(home, data, 2, compact="2") == 0
+    assert {"staging", "warehouse"} <= compacted_layers(home / "lake")
     got = snapshot(home)
     assert got["postgres"] == expected["postgres"]
     for table, rows in expected["delta"].items():

@@ -3,7 +3,8 @@ the Delta warehouse ends identical row for row (surrogate keys included).
 
 Generated data (the generator is deterministic): Batch1 is loaded once; Batch2 is then loaded on copies of
 that state whole, and dripped as 7 and as 12 micro-batches (50 with `STREAMDI_TEST_SCALE=full`: each
-micro-batch costs seconds of fixed Spark work, and the suite must fit CI's budget). Separately, Batch1 +
+micro-batch costs seconds of fixed Spark work, and the suite must fit CI's budget); the dripped loads compact
+their tables after every third file, so the comparison also covers compaction. Separately, Batch1 +
 Batch2 of a smaller data set load with 1 and 8 shuffle partitions. Each variant runs collect -> stage ->
 transform in this process (PostgreSQL is not involved: migration has its own tests) and every warehouse table
 is compared.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from builders import at_scale, trim_calendar
+from deltalake import DeltaTable
 
 from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi.context import JobContext
@@ -28,8 +30,8 @@ from streamdi.settings import Settings
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def make_context(home: Path, spark) -> JobContext:
-    settings = Settings(home=home, spark_master="local[2]", spark_shuffle_partitions=2)
+def make_context(home: Path, spark, **settings_overrides) -> JobContext:
+    settings = Settings(home=home, spark_master="local[2]", spark_shuffle_partitions=2, **settings_overrides)
     return JobContext(settings, spark=spark, lake=Lake(settings.lake_root, spark))
 
 
@@ -80,14 +82,22 @@ def test_batch2_dripped_in_micro_batches_equals_batch2_loaded_whole(data_sf01, a
     assert any(r["batchid"] == 2 for r in expected["dimtrade"])  # Batch2 did change trades
 
     for parts in DRIP_PARTS:
-        dripped = make_context(copy_of(after_batch1, tmp_path, f"drip{parts}"), spark)
+        # the dripped loads compact a table as soon as it has 3 small files: compaction must not change a row
+        dripped = make_context(copy_of(after_batch1, tmp_path, f"drip{parts}"), spark, compact_small_files=3)
         groups = load_dripped(dripped, data_sf01, 2, parts)
         micro_batches = [b for b in dripped_batches(dripped) if b > 1]
         assert groups == parts
         assert len(micro_batches) == parts
+        assert compactions(dripped, "staging/trade_cdc") >= 1 and compactions(dripped, "warehouse/dimtrade") >= 1
         got = warehouse_rows(dripped)
         for table, rows in expected.items():
             assert got[table] == rows, f"{table} differs after {parts} micro-batches"
+
+
+def compactions(ctx: JobContext, table: str) -> int:
+    """OPTIMIZE commits in the history of the lake's table `layer/name`."""
+    history = DeltaTable(str(ctx.settings.lake_root / table)).history()
+    return sum(1 for entry in history if entry.get("operation") == "OPTIMIZE")
 
 
 def dripped_batches(ctx: JobContext) -> list[int]:

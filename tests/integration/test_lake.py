@@ -561,3 +561,65 @@ def test_crash_before_commit_leaves_no_rows_and_the_rerun_commits_them_once(lake
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == {"committed": False, "table_version": 1, "rows": 0}
     assert lake.read_arrow(table).to_pylist() == CRASH_ROWS
+
+
+# -- compaction ----------------------------------------------------------------------------------------------
+
+
+def data_files(lake: Lake, table: Table) -> int:
+    return DeltaTable(str(lake.path(table))).get_add_actions().num_rows
+
+
+def test_compact_merges_small_files_and_keeps_rows_transactions_history_and_change_feed(tmp_path):
+    lake = Lake(tmp_path)  # a lake of its own: compaction visits every table of the lake
+    table, few = lake_table("compacted"), lake_table("few")
+    for batch in range(1, 6):  # one small file per micro-batch
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+    lake.upsert(table, arrow_rows(table, [row(1, name="new"), row(6)]), app_id="T0/x", version=6)
+    for batch in (1, 2):
+        lake.append(few, arrow_rows(few, [row(batch)]), app_id="stage/x", version=batch)
+    files = data_files(lake, table)
+    rows = lake.read_arrow(table).to_pylist()
+    changes = feed(lake, table, 1, lake.version(table))
+    history = lake.history(table)
+    assert files == 5 and data_files(lake, few) == 2  # the MERGE replaced the file of id 1 with one more row
+
+    assert lake.compact(3) == {"warehouse.compacted": files}  # `few` has 2 small files: left alone
+
+    assert data_files(lake, table) == 1
+    assert lake.read_arrow(table).to_pylist() == rows == [row(1, name="new"), *[row(i) for i in range(2, 7)]]
+    assert lake.committed_version(table, "stage/x") == 5 and lake.committed_version(table, "T0/x") == 6
+    compaction = CommitInfo(
+        table_version=history[-1].table_version + 1, operation="OPTIMIZE", app_id=None, txn_version=None
+    )
+    assert lake.history(table) == [*history, compaction]
+    assert feed(lake, table, 1, lake.version(table)) == changes  # the compaction commit has no change rows
+    assert lake.changes(table, compaction.table_version, compaction.table_version).num_rows == 0
+    assert lake.version(few) == 2 and data_files(lake, few) == 2
+
+    assert lake.compact(3) == {}  # nothing left to do: no new commit
+    assert lake.compact(0) == {}  # 0 turns compaction off
+    assert lake.version(table) == compaction.table_version
+
+
+COMPACT_IN_CHILD = (
+    "import sys; from pathlib import Path; from streamdi.lake import Lake; print(Lake(Path(sys.argv[1])).compact(2))"
+)
+
+
+@pytest.mark.faults
+def test_crash_after_compaction_keeps_the_rows_and_the_rerun_finds_nothing_to_do(tmp_path):
+    lake = Lake(tmp_path)
+    table = lake_table("crash_compact")
+    for batch in (1, 2, 3):
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+
+    crashed = run_child(COMPACT_IN_CHILD, str(tmp_path), STREAMDI_FAULT_AT="lake.after_compact")
+
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert lake.read_arrow(table).to_pylist() == [row(1), row(2), row(3)]
+    assert data_files(lake, table) == 1
+    rerun = run_child(COMPACT_IN_CHILD, str(tmp_path))
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stdout.strip() == "{}"
+    assert lake.read_arrow(table).to_pylist() == [row(1), row(2), row(3)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from streamdi.settings import Settings, mask_url
 
 
@@ -74,3 +76,15 @@ def test_java_options_come_from_the_environment(monkeypatch, tmp_path):
     settings = Settings()
     assert settings.spark_driver_java_options == "-XX:TieredStopAtLevel=1"
     assert settings.public_view()["STREAMDI_SPARK_DRIVER_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=1"
+
+
+def test_compaction_threshold_defaults_to_16_small_files_and_0_turns_it_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.delenv("STREAMDI_COMPACT_SMALL_FILES", raising=False)
+    assert Settings().compact_small_files == 16
+    monkeypatch.setenv("STREAMDI_COMPACT_SMALL_FILES", "0")
+    assert Settings().compact_small_files == 0
+    assert Settings().public_view()["STREAMDI_COMPACT_SMALL_FILES"] == "0"
+    monkeypatch.setenv("STREAMDI_COMPACT_SMALL_FILES", "-1")
+    with pytest.raises(ValueError, match="compact_small_files"):
+        Settings()
