@@ -439,6 +439,7 @@ class Lake:
         rows for it (so migration and validation skip it), and the files it replaces stay on disk, so older
         snapshots and readers still on them keep working. It runs under the table's commit lock; a crash
         leaves either the old or the new file set, both with the same rows, and the next call compacts again.
+        A table that cannot be compacted (say, an unreadable log) is logged and skipped.
         """
         done: dict[str, int] = {}
         if min_small_files <= 0:
@@ -448,7 +449,11 @@ class Lake:
             if path.parent.name.startswith("_"):
                 continue
             name = f"{path.parent.name}.{path.name}"  # the table's qualified name: its lock
-            removed = self._compact(path, name, min_small_files)
+            try:
+                removed = self._compact(path, name, min_small_files)
+            except Exception:  # noqa: BLE001 - one table that cannot be compacted must not stop the others
+                log.exception("could not compact %s at %s; the next call tries again", name, path)
+                continue
             if removed:
                 done[name] = removed
         return done

@@ -623,3 +623,18 @@ def test_crash_after_compaction_keeps_the_rows_and_the_rerun_finds_nothing_to_do
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stdout.strip() == "{}"
     assert lake.read_arrow(table).to_pylist() == [row(1), row(2), row(3)]
+
+
+def test_a_table_that_cannot_be_compacted_is_logged_and_the_others_are_compacted(tmp_path, caplog):
+    lake = Lake(tmp_path)
+    table = lake_table("zz_fine")  # after the broken one in the lake's order
+    for batch in (1, 2):
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+    broken = tmp_path / "warehouse" / "broken" / "_delta_log"
+    broken.mkdir(parents=True)
+    (broken / "00000000000000000000.json").write_text("this is not a Delta log\n")
+
+    assert lake.compact(2) == {"warehouse.zz_fine": 2}
+
+    assert "could not compact warehouse.broken" in caplog.text
+    assert lake.read_arrow(table).to_pylist() == [row(1), row(2)]
