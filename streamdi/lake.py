@@ -47,7 +47,6 @@ TABLE_PROPERTIES = {
 }
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
-METADATA_MAINTENANCE = "streamdi.maintenance"  # marks compaction commits (they carry no app transaction)
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
 FRAMES_KEPT = 64  # snapshot DataFrames `Lake.read` keeps for reuse
 
@@ -446,8 +445,6 @@ class Lake:
             return done
         for log_dir in sorted(self.root.glob("*/*/_delta_log")):
             path = log_dir.parent
-            if path.parent.name.startswith("_"):
-                continue
             name = f"{path.parent.name}.{path.name}"  # the table's qualified name: its lock
             try:
                 removed = self._compact(path, name, min_small_files)
@@ -465,10 +462,7 @@ class Lake:
             delta = self._delta_at(path)
             if _small_files(delta) < min_small_files:
                 return 0
-            metrics = delta.optimize.compact(
-                target_size=COMPACT_TARGET_BYTES,
-                commit_properties=CommitProperties(custom_metadata={METADATA_MAINTENANCE: "compact"}),
-            )
+            metrics = delta.optimize.compact(target_size=COMPACT_TARGET_BYTES)
             fault_point("lake.after_compact")
             delta.update_incremental()
         log.info("compacted %s: %s small files into %s", name, metrics["numFilesRemoved"], metrics["numFilesAdded"])

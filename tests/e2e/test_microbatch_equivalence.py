@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from builders import at_scale, trim_calendar
-from deltalake import DeltaTable
 
-from schemas.warehouse import WAREHOUSE_TABLES
+from schemas import sources as src
+from schemas.model import Table
+from schemas.warehouse import DIM_TRADE, WAREHOUSE_TABLES
 from streamdi.context import JobContext
 from streamdi.delivery import deliver_batch, drip_batch
 from streamdi.generator import Params, generate
@@ -88,16 +89,15 @@ def test_batch2_dripped_in_micro_batches_equals_batch2_loaded_whole(data_sf01, a
         micro_batches = [b for b in dripped_batches(dripped) if b > 1]
         assert groups == parts
         assert len(micro_batches) == parts
-        assert compactions(dripped, "staging/trade_cdc") >= 1 and compactions(dripped, "warehouse/dimtrade") >= 1
+        assert compactions(dripped, src.TRADE_CDC.staging) >= 1 and compactions(dripped, DIM_TRADE) >= 1
         got = warehouse_rows(dripped)
         for table, rows in expected.items():
             assert got[table] == rows, f"{table} differs after {parts} micro-batches"
 
 
-def compactions(ctx: JobContext, table: str) -> int:
-    """OPTIMIZE commits in the history of the lake's table `layer/name`."""
-    history = DeltaTable(str(ctx.settings.lake_root / table)).history()
-    return sum(1 for entry in history if entry.get("operation") == "OPTIMIZE")
+def compactions(ctx: JobContext, table: Table) -> int:
+    """OPTIMIZE commits in the history of `table`."""
+    return sum(1 for commit in ctx.lake.history(table) if commit.operation == "OPTIMIZE")
 
 
 def dripped_batches(ctx: JobContext) -> list[int]:
