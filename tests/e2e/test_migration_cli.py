@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -128,6 +129,14 @@ def wait_until(condition, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+NOTHING_PENDING = "nothing pending: every batch committed in Delta is visible in PostgreSQL"
+
+
+def _batch_3_line(lines: list[str]) -> int:
+    """Index of the round that made batch 3 visible (len(lines) while there is none yet)."""
+    return next((i for i, line in enumerate(lines) if ": batch 3 visible in" in line), len(lines))
+
+
 def test_migrate_every_pushes_new_batches_until_sigterm(settings, warehouse, tmp_path):
     db = database_settings(settings, warehouse, "mig_cli_loop")
     stream = StreamLake(tmp_path / "lake")
@@ -140,25 +149,35 @@ def test_migrate_every_pushes_new_batches_until_sigterm(settings, warehouse, tmp
         stderr=subprocess.PIPE,
         text=True,
     )
+    printed: list[str] = []
+
+    def read_stdout() -> None:
+        for line in loop.stdout:
+            printed.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read_stdout, daemon=True)
+    reader.start()
     try:
         wait_until(lambda: target.query("SELECT to_regclass('streamdi.batch_metrics') IS NOT NULL")[1][0][0])
         wait_until(lambda: target.last_visible_batch() == 2)
         stream.batch(arrived_at=T0 + dt.timedelta(minutes=5), trades=[trade_row(77, batchid=3)])
         wait_until(lambda: target.last_visible_batch() == 3)
         assert (77,) in target.query("SELECT tradeid FROM dw.dimtrade WHERE tradeid = 77")[1]
+        # each round's line reaches the pipe as it is printed: wait for a round after batch 3 that finds nothing
+        wait_until(lambda: any(NOTHING_PENDING in line for line in printed[_batch_3_line(printed) :]))
         loop.send_signal(signal.SIGTERM)
-        stdout, stderr = loop.communicate(timeout=60)
+        loop.wait(timeout=60)
+        reader.join(timeout=10)
+        stderr = loop.stderr.read()
     finally:
         if loop.poll() is None:
             loop.kill()
             loop.communicate()
     assert loop.returncode == 0, stderr
-    lines = stdout.splitlines()
+    lines = list(printed)
     assert lines[0].startswith("round 1: batches 1-2 visible in")
     assert any(line.startswith("round ") and ": batch 3 visible in" in line for line in lines)
-    assert any(
-        line.endswith("nothing pending: every batch committed in Delta is visible in PostgreSQL") for line in lines
-    )
+    assert any(line.endswith(NOTHING_PENDING) for line in lines[_batch_3_line(lines) :])
     rounds = int(lines[-1].split()[2])
     assert lines[-1] == f"stopped after {rounds} round(s)" and len(lines) == rounds + 1
     assert [b for b, *_ in target.query("SELECT batch_id, mode FROM streamdi.batch_metrics ORDER BY 1")[1]] == [1, 2, 3]
