@@ -11,9 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamdi.java import find_java
 from streamdi.settings import Settings
@@ -71,15 +72,15 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
 
 
 def literal_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: str | T.StructType) -> DataFrame:
-    """A small DataFrame of `rows` (tuples in the order of `schema`, a DDL string or a StructType), built from
-    literals in the JVM. `createDataFrame` of a Python list makes a Python RDD, and running it starts Python
-    workers (a second or more the first time in a process)."""
+    """A small DataFrame of `rows` (tuples in the order of `schema`, a DDL string or a StructType), handed to the
+    JVM as one Arrow batch: its plan is a local relation, which Spark folds, joins and broadcasts in the driver
+    without a job. (`createDataFrame` of a Python list makes a Python RDD, whose first run starts Python workers;
+    building the rows from literals made ~5 JVM calls per value and cost 2.3 s for 340 rows, against 0.15 s.)"""
     struct = schema if isinstance(schema, T.StructType) else T.DataType.fromDDL(schema)
-    fields = struct.fields
-    if not rows:
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in fields])
-    structs = [
-        F.struct(*[F.lit(value).cast(f.dataType).alias(f.name) for value, f in zip(row, fields, strict=True)])
-        for row in rows
-    ]
-    return spark.range(1).select(F.inline(F.array(*structs)))
+    width = len(struct.fields)
+    for row in rows:
+        if len(row) != width:
+            raise ValueError(f"row {row!r} has {len(row)} values; the schema has {width}: {struct.simpleString()}")
+    arrow = to_arrow_schema(struct, timezone="UTC")  # naive datetimes are UTC, as the session's time zone
+    columns = [pa.array([row[i] for row in rows], type=f.type) for i, f in enumerate(arrow)]
+    return spark.createDataFrame(pa.Table.from_arrays(columns, schema=arrow), schema=struct)

@@ -1,8 +1,9 @@
-"""`literal_frame`: small frames built in the JVM from literals, typed as declared, empty or not."""
+"""`literal_frame`: small frames handed to the JVM as Arrow, typed as declared, empty or not."""
 
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 
@@ -16,6 +17,28 @@ def test_rows_come_back_typed_and_in_order(spark):
     frame = literal_frame(spark, rows, "batch int, day date, label string")
     assert frame.dtypes == [("batch", "int"), ("day", "date"), ("label", "string")]
     assert [tuple(r) for r in frame.collect()] == rows
+
+
+def test_every_declared_type_round_trips(spark):
+    rows = [
+        (7_000_000_000, Decimal("12.30"), dt.datetime(2017, 7, 8, 23, 59, 58), True, 1.5),
+        (None, None, None, None, None),
+    ]
+    frame = literal_frame(spark, rows, "n bigint, price decimal(10,2), at timestamp, ok boolean, x double")
+    assert frame.dtypes == [
+        ("n", "bigint"),
+        ("price", "decimal(10,2)"),
+        ("at", "timestamp"),
+        ("ok", "boolean"),
+        ("x", "double"),
+    ]
+    assert [tuple(r) for r in frame.collect()] == rows
+
+
+def test_the_plan_is_a_local_relation(spark):
+    """Spark folds and broadcasts a local relation in the driver (no job, no Python worker)."""
+    frame = literal_frame(spark, [(1, "a"), (2, "b")], "batch int, label string")
+    assert frame._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
 
 
 def test_no_rows_give_an_empty_frame_with_the_columns(spark):
