@@ -7,7 +7,8 @@
 Setting up means: a virtual environment in `.venv` with streamdi and its pinned dependencies (installed with
 uv for speed, pip as a fallback; skipped when `pyproject.toml` has not changed), and a Java runtime that can
 run Spark 4 (found via JAVA_HOME or PATH; otherwise installed with the system package manager when this
-process may, else a clear message says what to install). Only the Python standard library is used here.
+process may, else a clear message says what to install), and the Spark driver's class-data-sharing archive
+(`streamdi.jvm_archive`, built once per JDK and Spark version). Only the Python standard library is used here.
 Extra arguments after the command are passed on (`python3 bootstrap.py test -k lake`).
 """
 
@@ -153,12 +154,29 @@ def ensure_chromium() -> None:
         fail("the tests need Chromium for the Airflow UI test: install it (Debian/Ubuntu: apt-get install chromium)")
 
 
+def ensure_class_archive() -> None:
+    """The Spark driver's class-data-sharing archive (`streamdi.jvm_archive`): once per JDK and Spark version. It
+    only makes new processes start faster, so a failure to build it is reported and setup goes on."""
+    command = [str(BIN / "python"), "-m", "streamdi.jvm_archive"]
+    where = subprocess.run([*command, "path"], capture_output=True, text=True)
+    if where.returncode == 0 and Path(where.stdout.strip()).is_file():
+        return
+    say("building the Spark driver's class archive for faster starts (once per JDK and Spark version: ~2 minutes)")
+    built = subprocess.run([*command, "build"], capture_output=True, text=True)
+    if built.returncode == 0:
+        say(built.stdout.strip())
+    else:
+        say("warning: could not build the class archive; every process will start ~8 s slower. Last lines:")
+        print("\n".join((built.stderr or built.stdout).strip().splitlines()[-15:]), file=sys.stderr, flush=True)
+
+
 def setup() -> None:
     if sys.version_info < MIN_PYTHON:
         fail(f"streamdi needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is {sys.version.split()[0]}")
     ensure_venv()
     ensure_packages()
     ensure_java()
+    ensure_class_archive()
 
 
 def main(argv: list[str]) -> int:

@@ -55,6 +55,11 @@ class Settings(BaseSettings):
         description="Extra JVM options of the Spark driver (in local mode the JVM that runs every task); "
         "the default makes HotSpot's optimizing compiler wait for hotter code (see docs/architecture.md).",
     )
+    jvm_class_archive: bool = Field(
+        default=True,
+        description="Map the Spark driver's classes from the class-data-sharing archive the setup command builds "
+        "(`python -m streamdi.jvm_archive build`), when there is one for this JDK and these jars.",
+    )
     database_url: str | None = Field(
         default=None,
         validation_alias="DATABASE_URL",
@@ -105,6 +110,7 @@ class Settings(BaseSettings):
             "STREAMDI_SPARK_SHUFFLE_PARTITIONS": str(self.spark_shuffle_partitions),
             "STREAMDI_SPARK_DRIVER_MEMORY": self.spark_driver_memory,
             "STREAMDI_SPARK_DRIVER_JAVA_OPTIONS": self.spark_driver_java_options,
+            "STREAMDI_JVM_CLASS_ARCHIVE": str(self.jvm_class_archive).lower(),
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
             "STREAMDI_TRADE_HOLD_BATCHES": str(self.trade_hold_batches),

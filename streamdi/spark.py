@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streamdi import jvm_archive
 from streamdi.java import find_java
 from streamdi.settings import Settings
 
@@ -37,6 +38,8 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     java_options = (
         f"-Duser.timezone=UTC -Dlog4j2.configurationFile=file:{log_config} {settings.spark_driver_java_options}"
     )
+    if settings.jvm_class_archive:
+        java_options += " " + jvm_archive.driver_options(runtime)
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)

@@ -187,6 +187,11 @@ def test_doctor_reports_every_part(home: Path):
             for line in result.stdout.splitlines()
             if line.count("│") >= 3
         ), f"{check} not OK in:\n{result.stdout}"
+    # the setup command built the class archive; doctor names the one this JDK and these jars use
+    assert any(
+        "jvm class archive" in line and "OK" in line and re.search(r"spark-classes-[0-9a-f]{16}\.jsa \(\d+ MB\)", line)
+        for line in result.stdout.splitlines()
+    ), result.stdout
 
 
 def test_doctor_without_java_says_what_to_install_and_fails(home: Path, tmp_path: Path):

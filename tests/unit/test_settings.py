@@ -88,3 +88,12 @@ def test_compaction_threshold_defaults_to_16_small_files_and_0_turns_it_off(monk
     monkeypatch.setenv("STREAMDI_COMPACT_SMALL_FILES", "-1")
     with pytest.raises(ValueError, match="compact_small_files"):
         Settings()
+
+
+def test_the_jvm_class_archive_is_used_unless_turned_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.delenv("STREAMDI_JVM_CLASS_ARCHIVE", raising=False)
+    assert Settings().jvm_class_archive is True
+    monkeypatch.setenv("STREAMDI_JVM_CLASS_ARCHIVE", "false")
+    assert Settings().jvm_class_archive is False
+    assert Settings().public_view()["STREAMDI_JVM_CLASS_ARCHIVE"] == "false"
