@@ -166,7 +166,7 @@ def ensure_class_archive() -> None:
     if built.returncode == 0:
         say(built.stdout.strip())
     else:
-        say("warning: could not build the class archive; every process will start ~8 s slower. Last lines:")
+        say("warning: could not build the class archive; new processes start slower. Last lines:")
         print("\n".join((built.stderr or built.stdout).strip().splitlines()[-15:]), file=sys.stderr, flush=True)
 
 

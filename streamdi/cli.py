@@ -129,7 +129,7 @@ def _class_archive(settings: Settings, runtime) -> str:
     if not settings.jvm_class_archive:
         return "not used (STREAMDI_JVM_CLASS_ARCHIVE=false)"
     if not path.is_file():
-        return "none for this JDK and these jars: `python -m streamdi.jvm_archive build` (cold starts ~8 s faster)"
+        return "none for this JDK and these jars: `python -m streamdi.jvm_archive build` (faster new processes)"
     return f"{path.name} ({path.stat().st_size / 2**20:.0f} MB) in {path.parent}"
 
 

@@ -3,7 +3,8 @@
 Every Airflow task and every `streamdi` command is a new process, and a new JVM loads and verifies some 20,000
 Spark classes before its first micro-batch is done. HotSpot can map them instead from an archive written by
 an earlier JVM (dynamic AppCDS: `-XX:ArchiveClassesAtExit` once, then `-XX:SharedArchiveFile`). Measured on the
-2-core workplace machine: a cold process that transforms one micro-batch took 7-9 s less (bench/README.md).
+2-core workplace machine (bench/README.md): Spark's start and first job 10.2-10.8 -> 5.5-6.9 s; a new process
+that transforms one micro-batch 7-14 s less.
 
 The archive is only valid for the JDK and the jars it was written with, so its file name carries a hash of
 both (`archive_path`); `python -m streamdi.jvm_archive build` (run by `python3 bootstrap.py`) writes it by
