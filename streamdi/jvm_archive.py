@@ -41,9 +41,10 @@ def spark_jars() -> Path:
 
 
 def archive_key(java: JavaRuntime, jars: Path | None = None) -> str:
-    """A hash of what the archive depends on: the JDK (home and version) and the Spark jars (names and sizes)."""
+    """A hash of what the archive depends on: the JDK (home and version) and the Spark jars (where they are, as the
+    JVM checks the class path, and their names and sizes)."""
     jars = jars or spark_jars()
-    digest = hashlib.sha256(f"{java.home}\n{java.version}\n".encode())
+    digest = hashlib.sha256(f"{java.home}\n{java.version}\n{jars.resolve()}\n".encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name} {jar.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]

@@ -31,7 +31,11 @@ def test_the_key_follows_the_jdk_and_the_jars(tmp_path):
     resized = archive_key(JDK17, folder)
     assert resized != key
     jars(tmp_path, extra=1)  # a jar more
-    assert archive_key(JDK17, folder) not in (key, resized)
+    more = archive_key(JDK17, folder)
+    assert more not in (key, resized)
+    moved = tmp_path / "elsewhere"
+    folder.rename(moved)  # the same jars in another place: the JVM would refuse the class path
+    assert archive_key(JDK17, moved) not in (key, resized, more)
 
 
 def test_driver_options_only_name_an_archive_that_exists(tmp_path, monkeypatch):
