@@ -1,7 +1,7 @@
 """A class-data-sharing archive of the Spark driver JVM, built once by the setup command.
 
-Every Airflow task and every `streamdi` command is a new process, and a new JVM loads and verifies some 20,000
-Spark classes before its first micro-batch is done. HotSpot can map them instead from an archive written by
+Every Airflow task and every `streamdi` command is a new process, and a new JVM loads and verifies about 18,000
+classes before its first Spark job is done. HotSpot can map them instead from an archive written by
 an earlier JVM (dynamic AppCDS: `-XX:ArchiveClassesAtExit` once, then `-XX:SharedArchiveFile`). Measured on the
 2-core workplace machine (bench/README.md): Spark's start and first job 10.2-10.8 -> 5.5-6.9 s; a new process
 that transforms one micro-batch 7-14 s less.
@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 
 from streamdi.java import JavaRuntime, find_java
-
-log = logging.getLogger(__name__)
 
 ARCHIVE_DIR = Path(sys.prefix) / "share" / "streamdi"  # inside the virtual environment that holds the jars
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # mismatches and classes it cannot archive are not the user's problem
