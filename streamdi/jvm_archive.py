@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,8 +63,6 @@ def build(directory: Path = ARCHIVE_DIR, *, force: bool = False) -> Path:
     """Write the archive for the current JDK and jars into `directory` (unless it is there and not `force`), and
     remove the archives of other JDKs or jars. Runs the build load in a child process (its JVM must exit to write
     the archive); raises RuntimeError with the child's output when it fails."""
-    import subprocess
-
     java = find_java()
     target = archive_path(java, directory)
     if target.is_file() and not force:

@@ -505,6 +505,7 @@ def _small_files(delta: DeltaTable) -> int:
     actions = delta.get_add_actions(flatten=True)
     if actions.num_rows == 0:
         return 0
+    # delta-rs returns arro3 arrays, which pyarrow.compute does not take; a table has few files, so count in Python
     return sum(1 for size in actions.column("size_bytes").to_pylist() if size < COMPACT_TARGET_BYTES)
 
 
