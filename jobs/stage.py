@@ -1,9 +1,11 @@
 """Stage: parse a micro-batch's landing files into `staging.<source>` Delta tables.
 
 Each file is matched to its declared source (`schemas.sources`) by name and parsed field by field with the
-declared types. A line that does not parse (wrong number of fields, a value that is not of its type, an
-empty required field) goes to `staging.rejects` with the file, the line number and the reason; nothing is
-dropped silently: for every file, lines read = lines staged + lines rejected.
+declared types. Delimited files are split into numbered lines and typed in the driver with Arrow's C++ kernels
+(`jobs.delimited`; a round trip through Spark cost five times as long). A line that does not parse (wrong number
+of fields, a value that is not of its type, an empty required field) goes to `staging.rejects` with the file, the
+line number and the reason; nothing is dropped silently: for every file, lines read = lines staged + lines
+rejected.
 
 The two sources that are not delimited (Batch1 only) follow the same rules:
 - FINWIRE files: every line is a CMP, SEC or FIN record (characters 16-18), cut into the fields declared in
@@ -16,8 +18,8 @@ The two sources that are not delimited (Batch1 only) follow the same rules:
   value not of its type, or XML the reader cannot parse is rejected (`line` holds the action as JSON, or the
   unreadable text).
 
-Pure part: `parse_delimited` (lines -> staged rows, rejected rows), `parse_finwire` / `check_fixed_width`,
-`check_actions`. Edges: `read_lines`, `read_actions` and `run`.
+Pure part: `jobs.delimited.parse_delimited` (lines -> staged rows, rejected rows), `parse_finwire` /
+`check_fixed_width`, `check_actions`. Edges: `numbered_lines`, `read_lines`, `read_actions` and `run`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import fnmatch
 import functools
 import itertools
 import logging
-import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,13 +37,13 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from jobs import audit_figures
+from jobs import audit_figures, delimited
+from jobs.delimited import DECIMAL_SHAPE, INTEGER_SHAPE, TIME_SHAPE
 from schemas import finwire as fw
 from schemas.model import Column as Declared
 from schemas.model import SourceFile, Table, decimal_precision
@@ -64,9 +65,6 @@ from streamdi.context import JobContext
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
 
-_INTEGER = r"^[+-]?[0-9]+$"
-_DECIMAL = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
-_TIME = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]$"
 _CIK = r"^[0-9]{10}$"
 
 FINWIRE = "FINWIRE"  # source names of the non-delimited files (rejects, reports)
@@ -140,13 +138,13 @@ def _parse_value(raw: Column, logical: str, fmt: str | None) -> tuple[Column, Co
         return raw, F.lit(True)
     if logical in ("int", "bigint"):
         value = raw.cast("int" if logical == "int" else "bigint")
-        return value, raw.rlike(_INTEGER) & value.isNotNull()
+        return value, raw.rlike(INTEGER_SHAPE) & value.isNotNull()
     if logical == "double":
         value = raw.cast("double")
         return value, value.isNotNull()
     if decimal_precision(logical):
         value = raw.cast(logical)
-        return value, raw.rlike(_DECIMAL) & value.isNotNull()
+        return value, raw.rlike(DECIMAL_SHAPE) & value.isNotNull()
     if logical == "boolean":
         lowered = F.lower(raw)
         value = F.when(lowered.isin("true", "1"), F.lit(True)).when(lowered.isin("false", "0"), F.lit(False))
@@ -155,7 +153,7 @@ def _parse_value(raw: Column, logical: str, fmt: str | None) -> tuple[Column, Co
         value = _parse_datetime(raw, logical, fmt or ("yyyy-MM-dd" if logical == "date" else "yyyy-MM-dd HH:mm:ss"))
         return value, value.isNotNull()
     if logical == "time":
-        return raw, raw.rlike(_TIME)
+        return raw, raw.rlike(TIME_SHAPE)
     raise ValueError(f"no parser for logical type {logical}")
 
 
@@ -199,59 +197,6 @@ class _Checks:
         for i in range(1, len(self.goods)):
             all_good = all_good & F.col(f"_good{i}")
         return F.when(all_good, F.lit("")).otherwise(F.concat_ws("; ", *self.problems)).alias("_problems")
-
-
-def _built_once(build):
-    """Memoize an expression builder per process and JVM: every Column call is a JVM round trip (~0.25 ms), and
-    building a source's checks anew took half of a small micro-batch's staging (measured: 8,300 calls, 2 s)."""
-
-    @functools.cache
-    def cached(jvm: int, *args):
-        return build(*args)
-
-    return functools.wraps(build)(lambda *args: cached(id(SparkContext._jvm), *args))
-
-
-def check_lines(lines: DataFrame, source: SourceFile) -> DataFrame:
-    """Split and type lines of `source`: the declared columns plus `reason` ('' for a good line).
-
-    `lines` has `line_no`, `line` (the raw text, line ending removed) and any lineage columns, which are
-    passed through. A line is bad when it is empty, has the wrong number of fields, has a value that is not
-    of its declared type, or leaves a required field empty; `reason` then names every problem.
-    """
-    passthrough = [c for c in lines.columns if c not in ("line_no", "line")]
-    fields, checks, reason = _line_checks(source)
-    parsed = lines.select("line_no", "line", *passthrough, fields)
-    checked = checks.select(parsed, ["line_no", "line", *passthrough, "_fields"])
-    return checked.select("line_no", "line", *passthrough, *[c.name for c in source.columns], reason)
-
-
-@_built_once
-def _line_checks(source: SourceFile) -> tuple[Column, _Checks, Column]:
-    """(`_fields`: the split line, the checks of its fields, `reason`) for lines of `source`."""
-    expected = len(source.columns)
-    fields = F.split(F.col("line"), re.escape(source.delimiter), -1).alias("_fields")
-    checks = _Checks()
-    for i, col in enumerate(source.columns):
-        raw = F.get(F.col("_fields"), i)
-        checks.typed(raw, raw.isNotNull() & (raw != ""), col)
-    count = F.size(F.col("_fields"))
-    reason = (
-        F.when(F.col("line") == "", F.lit("empty line"))
-        .when(count != expected, F.format_string(f"expected {expected} fields, found %d", count))
-        .otherwise(F.col("_problems"))
-    )
-    return fields, checks, reason.alias("reason")
-
-
-def parse_delimited(lines: DataFrame, source: SourceFile) -> tuple[DataFrame, DataFrame]:
-    """`(staged, rejected)` lines of one source: `staged` has the declared columns plus `line_no`;
-    `rejected` has `line_no`, `line` and `reason`. Every input line is in exactly one of the two."""
-    checked = check_lines(lines, source)
-    good = F.col("reason") == ""
-    staged = checked.where(good).select(*[c.name for c in source.columns], "line_no")
-    rejected = checked.where(~good).select("line_no", "line", "reason")
-    return staged, rejected
 
 
 def _unpadded(raw: Column, f: fw.FixedWidthField) -> Column:
@@ -524,11 +469,11 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int 
     rows out and is listed in `StageReport.halts` (the caller halts the batch). `attempt` is the number of
     times an operator resumed this stage: from 1 on, halt checks only warn (`overridden`).
 
-    The files of one source are parsed together in one Spark job (FINWIRE: one job per record type for all
-    quarters; CustomerMgmt.xml: one read per file); two sources are parsed at a time while the previous one is
-    committed (`_overlapped`), and the commits follow a fixed order (delimited sources by name, FINWIRE,
-    CustomerMgmt, rejects). Raises if the counts of a file do not reconcile (lines or
-    actions read != staged + rejected), which would be a bug, not bad data.
+    The files of one source are parsed together: a delimited source in Arrow (`jobs.delimited`), FINWIRE in one
+    Spark job per record type for all quarters, CustomerMgmt.xml in one Spark read per file. Two sources are
+    parsed at a time while the previous one is committed (`_overlapped`), and the commits follow a fixed order
+    (delimited sources by name, FINWIRE, CustomerMgmt, rejects). Raises if the counts of a file do not reconcile
+    (lines or actions read != staged + rejected), which would be a bug, not bad data.
     """
     report = StageReport(batch_id)
     by_source: dict[str, tuple[SourceFile, list[BatchFile]]] = {}
@@ -644,7 +589,7 @@ def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
 def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
     """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
     lines, read = _landing_lines(ctx, files)
-    checked = _with_batch(_collect(check_lines(ctx.spark.createDataFrame(lines), source)), batch_id, source.name)
+    checked = _with_batch(delimited.check_lines(lines, source), batch_id, source.name)
     good = pc.equal(checked["reason"], "")
     staged = checked.filter(good).select(source.staging.column_names)
     rejected = checked.filter(pc.invert(good)).select(REJECTS.column_names)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from builders import SHARED_SAMPLE
 
-from jobs.stage import parse_delimited, read_lines, source_for_file
+from jobs.delimited import parse_delimited
+from jobs.stage import numbered_lines, source_for_file
 from schemas import sources as src
 
 pytestmark = [
@@ -56,12 +57,12 @@ OFFICIAL_FILES = [
 
 
 @pytest.mark.parametrize(("relative", "source", "lines"), OFFICIAL_FILES, ids=[f[0] for f in OFFICIAL_FILES])
-def test_official_file_parses_without_a_single_reject(spark, relative, source, lines):
+def test_official_file_parses_without_a_single_reject(relative, source, lines):
     batch = int(relative.split("/")[0].removeprefix("Batch"))
     assert source_for_file(relative, batch) is source
-    staged, rejected = parse_delimited(read_lines(spark, str(SHARED_SAMPLE / relative)), source)
-    assert rejected.select("line_no", "reason").limit(5).collect() == []
-    assert staged.count() == lines
+    staged, rejected = parse_delimited(numbered_lines(str(SHARED_SAMPLE / relative)), source)
+    assert rejected.select(["line_no", "reason"]).slice(0, 5).to_pylist() == []
+    assert staged.num_rows == lines
 
 
 def test_every_delimited_sample_file_is_covered():

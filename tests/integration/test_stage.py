@@ -6,11 +6,13 @@ import datetime as dt
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from builders import SHARED_SAMPLE, source_line, write_landing_file
 from pyspark.sql import functions as F
 
-from jobs.stage import _parse_datetime, parse_delimited, read_lines, source_for_file
+from jobs.delimited import _typed, parse_delimited
+from jobs.stage import _parse_datetime, _parse_value, numbered_lines, read_lines, source_for_file
 from schemas import sources as src
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchLog
@@ -30,65 +32,6 @@ def ctx(spark, tmp_path_factory) -> JobContext:
     home = tmp_path_factory.mktemp("stage-home")
     settings = Settings(home=home, spark_master="local[2]")
     return JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
-
-
-def test_parse_keeps_good_lines_and_explains_bad_ones(spark):
-    lines = spark.createDataFrame(
-        [
-            (1, source_line(src.TAX_RATE, tx_id="US1", tx_rate="0.15000")),
-            (2, "US2|only two fields"),
-            (3, source_line(src.TAX_RATE, tx_id="US3", tx_rate="abc")),
-            (4, source_line(src.TAX_RATE, tx_id="US4", tx_name="")),
-            (5, ""),
-            (6, source_line(src.TAX_RATE, tx_id="US6", tx_rate="12.5")),  # overflows decimal(6,5)
-        ],
-        "line_no bigint, line string",
-    )
-    staged, rejected = parse_delimited(lines, src.TAX_RATE)
-    assert [tuple(r) for r in staged.collect()] == [("US1", "Bracket one", Decimal("0.15000"), 1)]
-    assert sorted((r.line_no, r.reason) for r in rejected.collect()) == [
-        (2, "expected 3 fields, found 2"),
-        (3, "tx_rate: 'abc' is not a valid decimal(6,5)"),
-        (4, "tx_name: required value is empty"),
-        (5, "empty line"),
-        (6, "tx_rate: '12.5' is not a valid decimal(6,5)"),
-    ]
-
-
-def test_parse_types_every_declared_field(spark):
-    lines = spark.createDataFrame(
-        [(1, source_line(src.DATE_FILE)), (2, source_line(src.TIME_FILE))], "line_no bigint, line string"
-    )
-    date_rows, _ = parse_delimited(lines.where("line_no = 1"), src.DATE_FILE)
-    row = date_rows.first()
-    assert (row.sk_dateid, row.datevalue, row.dayofweeknum, row.holidayflag) == (
-        20170704,
-        dt.date(2017, 7, 4),
-        2,
-        True,
-    )
-    time_rows, time_rejects = parse_delimited(lines.where("line_no = 2"), src.TIME_FILE)
-    row = time_rows.first()
-    assert (row.sk_timeid, row.timevalue, row.markethoursflag) == (93000, "09:30:00", True)
-    assert time_rejects.count() == 0
-
-
-def test_bad_date_and_bad_boolean_are_rejected(spark):
-    lines = spark.createDataFrame(
-        [
-            (1, source_line(src.DATE_FILE, datevalue="2017-13-01")),
-            (2, source_line(src.DATE_FILE, holidayflag="maybe")),
-            (3, source_line(src.DATE_FILE, sk_dateid="2017x")),
-        ],
-        "line_no bigint, line string",
-    )
-    staged, rejected = parse_delimited(lines, src.DATE_FILE)
-    assert staged.count() == 0
-    assert sorted((r.line_no, r.reason) for r in rejected.collect()) == [
-        (1, "datevalue: '2017-13-01' is not a valid date"),
-        (2, "holidayflag: 'maybe' is not a valid boolean"),
-        (3, "sk_dateid: '2017x' is not a valid int"),
-    ]
 
 
 def test_read_lines_numbers_lines_and_strips_crlf(spark, tmp_path: Path):
@@ -185,24 +128,25 @@ OFFICIAL_LINES = {
 
 @pytest.mark.skipif(not OFFICIAL_BATCH1.exists(), reason="../shared/tpcdi-sample is not beside the checkout")
 @pytest.mark.parametrize("name", sorted(OFFICIAL_LINES))
-def test_official_reference_files_parse_without_a_single_reject(spark, name: str):
+def test_official_reference_files_parse_without_a_single_reject(name: str):
     source = source_for_file(name)
-    staged, rejected = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / name)), source)
-    assert rejected.collect() == []
-    assert staged.count() == OFFICIAL_LINES[name]
+    staged, rejected = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / name)), source)
+    assert rejected.to_pylist() == []
+    assert staged.num_rows == OFFICIAL_LINES[name]
 
 
 @pytest.mark.skipif(not OFFICIAL_BATCH1.exists(), reason="../shared/tpcdi-sample is not beside the checkout")
-def test_official_values_keep_their_exact_text(spark):
-    rows, _ = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / "TaxRate.txt")), src.TAX_RATE)
-    first = rows.orderBy("line_no").first()
-    assert (first.tx_id, first.tx_name, str(first.tx_rate)) == (
+def test_official_values_keep_their_exact_text():
+    rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "TaxRate.txt")), src.TAX_RATE)
+    first = rows.to_pylist()[0]
+    assert (first["line_no"], first["tx_id"], first["tx_name"], str(first["tx_rate"])) == (
+        1,
         "US1",
         "U.S. Income Tax Bracket for the poor",
         "0.15000",
     )
-    rows, _ = parse_delimited(read_lines(spark, str(OFFICIAL_BATCH1 / "BatchDate.txt")), src.BATCH_DATE)
-    assert rows.first().batchdate == dt.date(2017, 7, 7)
+    rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "BatchDate.txt")), src.BATCH_DATE)
+    assert rows["batchdate"].to_pylist() == [dt.date(2017, 7, 7)]
 
 
 @pytest.mark.parametrize(
@@ -229,3 +173,29 @@ def test_datetime_fields_parse_exactly_their_pattern(spark, fmt, text, expected)
     logical = "timestamp" if "HH" in fmt else "date"
     row = spark.createDataFrame([(text,)], "raw string").select(_parse_datetime(F.col("raw"), logical, fmt)).first()
     assert row[0] == expected
+
+
+# Texts on the edges of each type's rule (sign, range, rounding, calendar, shape).
+EDGE_TEXTS = {
+    "int": ["42", "+42", "-0", "007", "2147483647", "2147483648", "-2147483648", "-2147483649", "4.0", " 4", "1e3"],
+    "bigint": ["9223372036854775807", "9223372036854775808", "-9223372036854775808", "+1", "x"],
+    "decimal(6,2)": ["1234.5", ".5", "5.", "+1.25", "1.005", "-1.005", "9999.994", "9999.995", "10000", "1e2", "-"],
+    "date": ["2012-02-29", "2013-02-29", "2012-13-01", "2012-1-05", "2012-01-05 ", "20120105"],
+    "timestamp": ["2012-01-05 23:59:59", "2012-02-30 10:00:00", "2012-01-05 24:00:00", "2012-01-05 10:11"],
+    "boolean": ["true", "TRUE", "1", "False", "0", "yes"],
+    "time": ["09:30:00", "24:00:00", "9:30:00"],
+}
+
+
+@pytest.mark.parametrize("logical", sorted(EDGE_TEXTS))
+def test_delimited_typing_agrees_with_the_spark_typing_of_finwire_and_xml(spark, logical: str):
+    """Delimited files are typed in Arrow (`jobs.delimited`), FINWIRE and CustomerMgmt.xml in Spark
+    (`_parse_value`): the same text gives the same value, or is invalid, in both."""
+    texts = EDGE_TEXTS[logical]
+    arrow_values = _typed(pa.array(texts, pa.large_string()), pa.array([True] * len(texts)), logical).values
+    value, valid = _parse_value(F.col("raw"), logical, None)
+    if logical == "timestamp":  # compared as microseconds since the epoch (collect() would use the local zone)
+        value, arrow_values = F.unix_micros(value), arrow_values.cast(pa.int64())
+    frame = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, raw string")
+    spark_values = [r.v for r in frame.select("i", F.when(valid, value).alias("v")).orderBy("i").collect()]
+    assert dict(zip(texts, arrow_values.to_pylist(), strict=True)) == dict(zip(texts, spark_values, strict=True))

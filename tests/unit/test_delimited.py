@@ -1,0 +1,226 @@
+"""Delimited lines: every good line typed exactly, every bad line rejected with each of its problems."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from builders import source_line
+
+from jobs.delimited import check_lines, parse_delimited
+from schemas import sources as src
+from schemas.model import Column, SourceFile
+
+UTC = dt.UTC
+
+# One optional column of each declared type: a value either types or is rejected, alone on its line.
+EVERY_TYPE = SourceFile(
+    name="EveryType",
+    pattern="EveryType*.txt",
+    delimiter="|",
+    columns=(
+        Column("i", "int"),
+        Column("b", "bigint"),
+        Column("d", "decimal(6,2)"),
+        Column("day", "date", fmt="yyyy-MM-dd"),
+        Column("ts", "timestamp", fmt="yyyy-MM-dd HH:mm:ss"),
+        Column("flag", "boolean"),
+        Column("t", "time"),
+        Column("s", "string"),
+    ),
+)
+NAMES = [c.name for c in EVERY_TYPE.columns]
+
+
+def lines(*texts: str, **extra: pa.Array) -> pa.Table:
+    table = pa.table(
+        {"line_no": pa.array(range(1, len(texts) + 1), pa.int64()), "line": pa.array(texts, pa.large_string())}
+    )
+    for name, values in extra.items():
+        table = table.append_column(name, values)
+    return table
+
+
+def one_value(column: str, text: str) -> tuple[object, str]:
+    """(typed value, reason) of a line whose only non-empty field is `column` = `text`."""
+    fields = ["" if name != column else text for name in NAMES]
+    row = check_lines(lines("|".join(fields)), EVERY_TYPE).to_pylist()[0]
+    return row[column], row["reason"]
+
+
+@pytest.mark.parametrize(
+    ("column", "text", "expected"),
+    [
+        ("i", "42", 42),
+        ("i", "+42", 42),
+        ("i", "-0", 0),
+        ("i", "007", 7),
+        ("i", "2147483647", 2147483647),
+        ("i", "-2147483648", -2147483648),
+        ("i", "2147483648", None),
+        ("i", "-2147483649", None),
+        ("i", "4.0", None),
+        ("i", " 4", None),
+        ("i", "1e3", None),
+        ("b", "9223372036854775807", 9223372036854775807),
+        ("b", "9223372036854775808", None),
+        ("d", "1234.5", Decimal("1234.50")),
+        ("d", ".5", Decimal("0.50")),
+        ("d", "5.", Decimal("5.00")),
+        ("d", "+1.25", Decimal("1.25")),
+        ("d", "-1.25", Decimal("-1.25")),
+        ("d", "1.005", Decimal("1.01")),  # rounded half up to the scale
+        ("d", "-1.005", Decimal("-1.01")),
+        ("d", "1.0049", Decimal("1.00")),
+        ("d", "9999.994", Decimal("9999.99")),
+        ("d", "9999.995", None),  # rounds to 10000.00, more digits than decimal(6,2) holds
+        ("d", "10000", None),
+        ("d", "1e2", None),
+        ("d", "-", None),
+        ("day", "2012-02-29", dt.date(2012, 2, 29)),
+        ("day", "2013-02-29", None),
+        ("day", "2012-13-01", None),
+        ("day", "2012-1-05", None),
+        ("day", "2012-01-05 ", None),
+        ("day", "20120105", None),
+        ("ts", "2012-01-05 23:59:59", dt.datetime(2012, 1, 5, 23, 59, 59, tzinfo=UTC)),
+        ("ts", "2012-02-30 10:00:00", None),
+        ("ts", "2012-01-05 24:00:00", None),
+        ("ts", "2012-01-05 23:59:60", None),
+        ("ts", "2012-01-05T10:11:12", None),
+        ("ts", "2012-01-05 10:11:12.5", None),
+        ("ts", "2012-01-05 10:11", None),
+        ("flag", "true", True),
+        ("flag", "TRUE", True),
+        ("flag", "1", True),
+        ("flag", "False", False),
+        ("flag", "0", False),
+        ("flag", "yes", None),
+        ("t", "09:30:00", "09:30:00"),
+        ("t", "23:59:59", "23:59:59"),
+        ("t", "24:00:00", None),
+        ("t", "9:30:00", None),
+        ("s", " kept as written ", " kept as written "),
+    ],
+)
+def test_each_type_takes_exactly_its_values(column: str, text: str, expected: object):
+    value, reason = one_value(column, text)
+    assert value == expected
+    declared = EVERY_TYPE.columns[NAMES.index(column)].type
+    assert reason == ("" if expected is not None else f"{column}: '{text}' is not a valid {declared}")
+
+
+def test_a_value_that_does_not_convert_is_found_among_many_good_ones():
+    """Arrow's cast fails a whole column on one value; the bad value, and only it, is rejected."""
+    texts = [f"{n}|{n}|{n}.25|2012-01-{n % 28 + 1:02d}||||" for n in range(1000)]
+    texts[617] = "2147483648|1|1.25|2012-01-01||||"  # int overflow
+    texts[618] = "1|1|1.255|2012-01-01||||"  # rounded: stays good
+    texts[901] = "1|1|1.25|2012-02-30||||"  # no such day
+    rows = check_lines(lines(*texts), EVERY_TYPE).to_pylist()
+    bad = {r["line_no"]: r["reason"] for r in rows if r["reason"]}
+    assert bad == {
+        618: "i: '2147483648' is not a valid int",
+        902: "day: '2012-02-30' is not a valid date",
+    }
+    assert [r["i"] for r in rows[:3]] == [0, 1, 2]
+    assert rows[618]["d"] == Decimal("1.26")
+    assert rows[999]["day"] == dt.date(2012, 1, 999 % 28 + 1)
+
+
+def test_parse_keeps_good_lines_and_explains_bad_ones():
+    staged, rejected = parse_delimited(
+        lines(
+            source_line(src.TAX_RATE, tx_id="US1", tx_rate="0.15000"),
+            "US2|only two fields",
+            source_line(src.TAX_RATE, tx_id="US3", tx_rate="abc"),
+            source_line(src.TAX_RATE, tx_id="US4", tx_name=""),
+            "",
+            source_line(src.TAX_RATE, tx_id="US6", tx_rate="12.5"),  # overflows decimal(6,5)
+            "US7|a|b|c",
+            source_line(src.TAX_RATE, tx_id="", tx_name="", tx_rate="x"),
+        ),
+        src.TAX_RATE,
+    )
+    assert staged.to_pylist() == [
+        {"tx_id": "US1", "tx_name": "Bracket one", "tx_rate": Decimal("0.15000"), "line_no": 1}
+    ]
+    assert [(r["line_no"], r["reason"]) for r in rejected.to_pylist()] == [
+        (2, "expected 3 fields, found 2"),
+        (3, "tx_rate: 'abc' is not a valid decimal(6,5)"),
+        (4, "tx_name: required value is empty"),
+        (5, "empty line"),
+        (6, "tx_rate: '12.5' is not a valid decimal(6,5)"),
+        (7, "expected 3 fields, found 4"),
+        (
+            8,
+            "tx_id: required value is empty; tx_name: required value is empty; "
+            "tx_rate: 'x' is not a valid decimal(6,5)",
+        ),
+    ]
+    assert rejected["line"].to_pylist()[:2] == [
+        "US2|only two fields",
+        source_line(src.TAX_RATE, tx_id="US3", tx_rate="abc"),
+    ]
+
+
+def test_parse_types_every_declared_field():
+    staged, rejected = parse_delimited(lines(source_line(src.DATE_FILE)), src.DATE_FILE)
+    assert rejected.num_rows == 0
+    row = staged.to_pylist()[0]
+    assert (row["sk_dateid"], row["datevalue"], row["dayofweeknum"], row["holidayflag"]) == (
+        20170704,
+        dt.date(2017, 7, 4),
+        2,
+        True,
+    )
+    staged, rejected = parse_delimited(lines(source_line(src.TIME_FILE)), src.TIME_FILE)
+    row = staged.to_pylist()[0]
+    assert (row["sk_timeid"], row["timevalue"], row["markethoursflag"], rejected.num_rows) == (
+        93000,
+        "09:30:00",
+        True,
+        0,
+    )
+
+
+def test_bad_date_bad_boolean_and_bad_int_are_rejected():
+    staged, rejected = parse_delimited(
+        lines(
+            source_line(src.DATE_FILE, datevalue="2017-13-01"),
+            source_line(src.DATE_FILE, holidayflag="maybe"),
+            source_line(src.DATE_FILE, sk_dateid="2017x"),
+        ),
+        src.DATE_FILE,
+    )
+    assert staged.num_rows == 0
+    assert [(r["line_no"], r["reason"]) for r in rejected.to_pylist()] == [
+        (1, "datevalue: '2017-13-01' is not a valid date"),
+        (2, "holidayflag: 'maybe' is not a valid boolean"),
+        (3, "sk_dateid: '2017x' is not a valid int"),
+    ]
+
+
+def test_lineage_columns_pass_through_and_comma_files_split_on_commas():
+    files = pa.array(["a.csv", "b.csv"], pa.large_string())
+    staged, rejected = parse_delimited(lines("1|x", "7,2,Ann,Lee,,314,,,", source_file=files), src.HR)
+    assert [(r["employeeid"], r["employeejobcode"], r["employeemi"], r["source_file"]) for r in staged.to_pylist()] == [
+        (7, 314, None, "b.csv")
+    ]
+    assert [(r["line_no"], r["reason"], r["source_file"]) for r in rejected.to_pylist()] == [
+        (1, "expected 9 fields, found 1", "a.csv")
+    ]
+
+
+def test_no_lines_give_empty_tables():
+    staged, rejected = parse_delimited(lines(), src.TRADE)
+    assert (staged.num_rows, rejected.num_rows) == (0, 0)
+    assert staged.column_names == [*[c.name for c in src.TRADE.columns], "line_no"]
+
+
+def test_a_type_or_format_without_a_parser_is_refused():
+    for column in (Column("x", "double"), Column("x", "date", fmt="yyyyMMdd")):
+        source = SourceFile(name="Odd", pattern="Odd*.txt", delimiter="|", columns=(column,))
+        with pytest.raises(ValueError, match="Odd.x: no delimited parser"):
+            check_lines(lines("1"), source)
