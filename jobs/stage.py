@@ -7,19 +7,19 @@ of fields, a value that is not of its type, an empty required field) goes to `st
 line number and the reason; nothing is dropped silently: for every file, lines read = lines staged + lines
 rejected.
 
-The two sources that are not delimited (Batch1 only) follow the same rules:
-- FINWIRE files: every line is a CMP, SEC or FIN record (characters 16-18), cut into the fields declared in
-  `schemas.finwire` with Spark column expressions, one Spark job per record type for all files of the batch,
-  into `staging.finwire_cmp`, `staging.finwire_sec` and `staging.finwire_fin`. A line of another record type,
-  of a length its type does not have, or with a field that does not fit its type is rejected.
-- CustomerMgmt.xml: read with Spark's XML reader (row tag `TPCDI:Action`, every value read as text, surrounding
-  spaces kept), numbered in file order (`action_seq`), then typed like a delimited line into
+The two sources that are not delimited (Batch1 only) follow the same rules (`jobs.fields` types every value):
+- FINWIRE files (`jobs.finwire`): every line is a CMP, SEC or FIN record (characters 16-18), cut into the fields
+  declared in `schemas.finwire`, in Arrow, into `staging.finwire_cmp`, `staging.finwire_sec` and
+  `staging.finwire_fin`. A line of another record type, of a length its type does not have, or with a field
+  that does not fit its type is rejected.
+- CustomerMgmt.xml (`jobs.customer_mgmt`): read with Spark's XML reader (row tag `TPCDI:Action`, every value
+  read as text, surrounding spaces kept), numbered in file order (`action_seq`), then typed in Arrow into
   `staging.customermgmt`, one row per action. An action without C_ID, with a bad ActionTS or ActionType, a
   value not of its type, or XML the reader cannot parse is rejected (`line` holds the action as JSON, or the
   unreadable text).
 
-Pure part: `jobs.delimited.parse_delimited` (lines -> staged rows, rejected rows), `parse_finwire` /
-`check_fixed_width`, `check_actions`. Edges: `numbered_lines`, `read_lines`, `read_actions` and `run`.
+Pure parts: `jobs.delimited`, `jobs.finwire`, `jobs.customer_mgmt.check_actions`. Edges here: `numbered_lines`
+and `run`.
 """
 
 from __future__ import annotations
@@ -37,26 +37,13 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
-from pyspark.sql.window import Window
 
-from jobs import audit_figures, delimited
-from jobs.delimited import DECIMAL_SHAPE, INTEGER_SHAPE, TIME_SHAPE
+from jobs import audit_figures, customer_mgmt, delimited, finwire
 from schemas import finwire as fw
-from schemas.model import Column as Declared
-from schemas.model import SourceFile, Table, decimal_precision
+from schemas.model import SourceFile, Table
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
-from schemas.sources import (
-    AUDIT_PATTERN,
-    CUSTOMER_MGMT_ACTION,
-    CUSTOMER_MGMT_ACTIONS,
-    CUSTOMER_MGMT_PATTERN,
-    CUSTOMER_MGMT_ROW_TAG,
-    CUSTOMER_MGMT_XML,
-    sources_for_batch,
-)
+from schemas.sources import AUDIT_PATTERN, CUSTOMER_MGMT_PATTERN, sources_for_batch
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
@@ -64,8 +51,6 @@ from streamdi.context import JobContext
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
-
-_CIK = r"^[0-9]{10}$"
 
 FINWIRE = "FINWIRE"  # source names of the non-delimited files (rejects, reports)
 CUSTOMER_MGMT_SOURCE = "CustomerMgmt"
@@ -101,266 +86,6 @@ def nondelimited_source_for_file(file: str, source_batch: int = 1) -> str | None
     return None
 
 
-# Datetime patterns of the TPC-DI files, parsed as a shape check (regex) plus Spark's ISO cast, which is several
-# times faster than a pattern-driven parser and equally strict for these shapes: (shape, [(start, length) of the
-# ISO text's pieces, none when the text already is ISO], separators between them). Other patterns go through
-# `to_date` / `to_timestamp`.
-_ISO_DATETIME: dict[str, tuple[str, tuple[tuple[int, int], ...], tuple[str, ...]]] = {
-    "yyyy-MM-dd": (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", (), ()),
-    "yyyy-MM-dd HH:mm:ss": (r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$", (), ()),
-    "yyyyMMdd": (r"^[0-9]{8}$", ((1, 4), (5, 2), (7, 2)), ("-", "-")),
-    "yyyyMMdd-HHmmss": (
-        r"^[0-9]{8}-[0-9]{6}$",
-        ((1, 4), (5, 2), (7, 2), (10, 2), (12, 2), (14, 2)),
-        ("-", "-", " ", ":", ":"),
-    ),
-}
-
-
-def _parse_datetime(raw: Column, logical: str, fmt: str) -> Column:
-    """A date or timestamp from text in pattern `fmt`, NULL if the text is not a valid value of that pattern."""
-    if fmt not in _ISO_DATETIME:
-        return F.to_date(raw, fmt) if logical == "date" else F.to_timestamp(raw, fmt)
-    shape, pieces, separators = _ISO_DATETIME[fmt]
-    iso = raw
-    if pieces:
-        parts = [F.substring(raw, start, length) for start, length in pieces]
-        pieces_and_separators = [parts[0]]
-        for separator, part in zip(separators, parts[1:], strict=True):
-            pieces_and_separators += [F.lit(separator), part]
-        iso = F.concat(*pieces_and_separators)
-    return F.when(raw.rlike(shape), iso.try_cast(logical))
-
-
-def _parse_value(raw: Column, logical: str, fmt: str | None) -> tuple[Column, Column]:
-    """(typed value, is-valid) for one non-empty raw field."""
-    if logical == "string":
-        return raw, F.lit(True)
-    if logical in ("int", "bigint"):
-        value = raw.cast("int" if logical == "int" else "bigint")
-        return value, raw.rlike(INTEGER_SHAPE) & value.isNotNull()
-    if logical == "double":
-        value = raw.cast("double")
-        return value, value.isNotNull()
-    if decimal_precision(logical):
-        value = raw.cast(logical)
-        return value, raw.rlike(DECIMAL_SHAPE) & value.isNotNull()
-    if logical == "boolean":
-        lowered = F.lower(raw)
-        value = F.when(lowered.isin("true", "1"), F.lit(True)).when(lowered.isin("false", "0"), F.lit(False))
-        return value, value.isNotNull()
-    if logical in ("date", "timestamp"):
-        value = _parse_datetime(raw, logical, fmt or ("yyyy-MM-dd" if logical == "date" else "yyyy-MM-dd HH:mm:ss"))
-        return value, value.isNotNull()
-    if logical == "time":
-        return raw, raw.rlike(TIME_SHAPE)
-    raise ValueError(f"no parser for logical type {logical}")
-
-
-@dataclass
-class _Checks:
-    """Typed values and per-field checks of a line, evaluated in two projections: first every value and a
-    boolean per check (computed once), then the `reason`, whose problem texts are only built for a bad line.
-    Building the texts inline made every line evaluate each field twice (measured: FINWIRE FIN records 3x
-    slower)."""
-
-    values: list[Column] = field(default_factory=list)
-    goods: list[Column] = field(default_factory=list)
-    problems: list[Column] = field(default_factory=list)
-
-    def typed(self, raw: Column, present: Column, col: Declared) -> None:
-        """One raw text value of declared column `col` (`present` = not empty): its typed value, named after
-        `col`, and its check (of its type; for a required column, not empty)."""
-        value, valid = _parse_value(raw, col.type, col.fmt)
-        self.values.append(F.when(present, value).alias(col.name))
-        text = F.format_string(f"{col.name}: '%s' is not a valid {col.type}", raw)
-        if col.nullable:
-            self.check(~present | valid, text)
-        else:
-            self.check(present & valid, F.when(~present, F.lit(f"{col.name}: required value is empty")).otherwise(text))
-
-    def check(self, good: Column, problem: Column) -> None:
-        """A check of the line: `problem` (text) is reported when `good` is false."""
-        flag = f"_good{len(self.goods)}"
-        self.goods.append(good.alias(flag))
-        self.problems.append(F.when(~F.col(flag), problem))
-
-    def select(self, frame: DataFrame, keep: list[str], extra: list[Column] = ()) -> DataFrame:
-        """`keep` columns of `frame`, the values, `extra` columns, and `_problems` ('' when every check holds,
-        else the problems joined by '; '). The problem texts may use any column of `keep`."""
-        flagged = frame.select(*keep, *self.values, *extra, *self.goods)
-        return flagged.select(*flagged.columns[: len(flagged.columns) - len(self.goods)], self._problems)
-
-    @functools.cached_property
-    def _problems(self) -> Column:
-        all_good = F.col("_good0")
-        for i in range(1, len(self.goods)):
-            all_good = all_good & F.col(f"_good{i}")
-        return F.when(all_good, F.lit("")).otherwise(F.concat_ws("; ", *self.problems)).alias("_problems")
-
-
-def _unpadded(raw: Column, f: fw.FixedWidthField) -> Column:
-    return F.rtrim(raw) if f.type == "string" else F.trim(raw)
-
-
-def check_fixed_width(lines: DataFrame, record: fw.FixedWidthRecord) -> DataFrame:
-    """Cut lines of one FINWIRE record type into its declared columns, plus `reason` ('' for a good line).
-
-    `lines` as for `check_lines` (only lines of this record type). Each field is a `substring` without its
-    padding (text loses trailing spaces only, so a leading space of a value stays; numbers and dates lose
-    spaces on both sides), then typed like a delimited field (dates `yyyyMMdd`, the posting time
-    `yyyyMMdd-HHmmss`). A line is bad when its length is not one of `record.widths`, a value is not of its type,
-    a required field is blank, or a short SEC/FIN line's last field is not a 10-digit CIK; for SEC/FIN the last
-    field is kept as text (`co_name_or_cik`) and split into `cik` (short line) or `company_name` (full line).
-    """
-    passthrough = [c for c in lines.columns if c not in ("line_no", "line")]
-    line = F.col("line")
-    length = F.length(line)
-    checks = _Checks()
-    for f in record.fields:
-        raw = _unpadded(F.substring(line, f.start, f.width), f)
-        checks.typed(raw, raw != "", f.column)
-    extra = []
-    if record.short_last_field is not None:
-        last = _unpadded(F.substring(line, record.fields[-1].start, record.fields[-1].width), record.fields[-1])
-        short = length == min(record.widths)
-        cik, name = fw.CIK_OR_NAME
-        extra = [F.when(short, last).alias(cik.name), F.when(~short & (last != ""), last).alias(name.name)]
-        checks.check(
-            ~short | last.rlike(_CIK),
-            F.format_string(f"{record.fields[-1].name}: '%s' is not a 10-digit CIK", last),
-        )
-    checked = checks.select(lines, ["line_no", "line", *passthrough], extra)
-    widths = " or ".join(str(w) for w in record.widths)
-    reason = (
-        F.when(line == "", F.lit("empty line"))
-        .when(
-            ~length.isin(*record.widths),
-            F.format_string(f"{record.rec_type} record: expected {widths} characters, found %d", length),
-        )
-        .otherwise(F.col("_problems"))
-    )
-    return checked.select(*[c for c in checked.columns if c != "_problems"], reason.alias("reason"))
-
-
-def check_finwire(lines: DataFrame) -> tuple[dict[str, DataFrame], DataFrame]:
-    """Lines of FINWIRE files by record type: ({CMP/SEC/FIN: `check_fixed_width` of its lines}, the other lines
-    with `line_no`, `line`, lineage and `reason`: an empty line or an unknown record type)."""
-    rec_type = F.substring(F.col("line"), 16, 3)
-    checked = {code: check_fixed_width(lines.where(rec_type == code), r) for code, r in fw.RECORDS.items()}
-    other = lines.where(~rec_type.isin(*fw.RECORDS)).withColumn(
-        "reason",
-        F.when(F.col("line") == "", F.lit("empty line")).otherwise(
-            F.format_string("unknown record type '%s' (characters 16-18)", rec_type)
-        ),
-    )
-    return checked, other
-
-
-def parse_finwire(lines: DataFrame) -> tuple[dict[str, DataFrame], DataFrame]:
-    """`({CMP/SEC/FIN: staged rows}, rejected)`: staged rows have the record's declared columns plus `line_no`;
-    `rejected` has `line_no`, `line` and `reason`. Every input line is in exactly one of the four."""
-    checked, other = check_finwire(lines)
-    good = F.col("reason") == ""
-    staged = {
-        code: df.where(good).select(*[c.name for c in fw.RECORDS[code].columns], "line_no")
-        for code, df in checked.items()
-    }
-    rejected = other.select("line_no", "line", "reason")
-    for df in checked.values():
-        rejected = rejected.unionByName(df.where(~good).select("line_no", "line", "reason"))
-    return staged, rejected
-
-
-_ACCOUNT = "Account"  # read as an array, so that an action with several accounts is seen (and rejected)
-
-
-def _xml_value(path: str) -> Column:
-    """The column Spark's XML reader gives an element path (`@NAME` = attribute, read as `_NAME`)."""
-    value = F.col("action")
-    for part in path.split("/"):
-        value = value.getField(part.replace("@", "_", 1))
-        if part == _ACCOUNT:
-            value = F.get(value, 0)
-    return value
-
-
-def customer_mgmt_read_schema() -> T.StructType:
-    """The schema the XML reader is given (no inference): every declared path as text, nested as in the file,
-    plus `_corrupt_record` for an action the reader cannot parse."""
-    tree: dict = {}
-    for f in (*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML):
-        node = tree
-        *parents, leaf = [p.replace("@", "_", 1) for p in f.path.split("/")]
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = None
-
-    def struct(node: dict) -> T.StructType:
-        fields = []
-        for k, v in node.items():
-            kind = T.StringType() if v is None else struct(v)
-            fields.append(T.StructField(k, T.ArrayType(kind) if k == _ACCOUNT else kind, True))
-        return T.StructType(fields)
-
-    schema = struct(tree)
-    return schema.add(T.StructField("_corrupt_record", T.StringType(), True))
-
-
-def check_actions(actions: DataFrame) -> DataFrame:
-    """Flatten and type CustomerMgmt.xml actions: the columns of `staging.customermgmt` (without lineage),
-    `line` (for a rejected action, the action as read, as JSON; NULL for a good one) and `reason` ('' for a
-    good action).
-
-    `actions` has `action_seq`, `action` (a row as read with `customer_mgmt_read_schema`) and lineage columns,
-    passed through. An element or attribute that is present but empty gives NULL, like an absent one;
-    `present_fields` lists the fields present, so UPDCUST/UPDACCT can tell "unchanged" from "set to NULL".
-    """
-    passthrough = [c for c in actions.columns if c not in ("action_seq", "action")]
-    checks, present_names = _Checks(), []
-    action_type = _xml_value(CUSTOMER_MGMT_ACTION[0].path)
-    known = ", ".join(CUSTOMER_MGMT_ACTIONS)
-    for i, f in enumerate((*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML)):
-        raw = _xml_value(f.path)
-        checks.typed(raw, raw.isNotNull() & (F.trim(raw) != ""), CUSTOMER_MGMT.column(f.name))
-        if i == 0:  # the action type's own check: one of the known types
-            checks.check(
-                action_type.isNull() | action_type.isin(*CUSTOMER_MGMT_ACTIONS),
-                F.format_string(f"action_type: '%s' is not one of {known}", action_type),
-            )
-        if f in CUSTOMER_MGMT_XML:
-            present_names.append(F.when(raw.isNotNull(), F.lit(f.name)))
-    accounts = F.size(F.col("action.Customer.Account"))  # -1 when there is no Account
-    checks.check(accounts <= 1, F.format_string("%d Account elements, at most one expected", accounts))
-    checked = checks.select(
-        actions, ["action_seq", *passthrough, "action"], [F.concat_ws(",", *present_names).alias("present_fields")]
-    )
-    corrupt = F.col("action._corrupt_record")
-    reason = F.when(corrupt.isNotNull(), F.lit("malformed XML: the reader could not parse this action")).otherwise(
-        F.col("_problems")
-    )
-    checked = checked.select(*checked.columns, reason.alias("reason"))
-    as_read = F.coalesce(corrupt, F.to_json(F.col("action").dropFields("_corrupt_record")))
-    return checked.select(
-        *[f.name for f in (*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML)],
-        "present_fields",
-        "action_seq",
-        *passthrough,
-        F.when(F.col("reason") != "", as_read).alias("line"),  # the JSON is only needed for a rejected action
-        "reason",
-    )
-
-
-def read_lines(spark: SparkSession, path: str) -> DataFrame:
-    """The file's lines with 1-based line numbers, line endings (LF or CRLF) removed, empty lines kept.
-
-    Lines are split by Arrow's C++ reader in the driver and numbered in file order, so numbers never depend
-    on Spark partitioning; Spark parses them in parallel. Bytes that are not UTF-8 become U+FFFD (the line
-    is kept, and rejected by the parser if a field no longer fits its type).
-    """
-    return spark.createDataFrame(numbered_lines(path))
-
-
 def numbered_lines(path: str) -> pa.Table:
     """`line_no`, `line` of a text file, split in Arrow's C++ kernels (any byte may occur inside a line)."""
     with open(path, "rb") as handle:
@@ -374,35 +99,6 @@ def numbered_lines(path: str) -> pa.Table:
         lines = pa.array([b.decode("utf-8", errors="replace") for b in parts.to_pylist()], pa.large_string())
     lines = pc.replace_substring_regex(lines, pattern="\r$", replacement="")
     return pa.table({"line_no": pa.array(range(1, len(lines) + 1), pa.int64()), "line": lines})
-
-
-def read_actions(spark: SparkSession, path: str) -> DataFrame:
-    """The `TPCDI:Action` elements of one CustomerMgmt.xml file: `action_seq` (1-based position in the file),
-    `action` (the raw values, see `customer_mgmt_read_schema`).
-
-    Spark's XML reader keeps the namespace prefix in tag names, so the row tag is matched as written. The
-    position is counted in the JVM (no Python round trip): the reader returns a split's actions in file order (it
-    reads an XML file as one split), so (split start offset, row counter within the task) orders them as in the
-    file whatever the partitioning, and `row_number` over that order numbers them. The counter
-    (`monotonically_increasing_id`) only orders the rows of one read here; it is never stored or used as a key.
-    """
-    schema = customer_mgmt_read_schema()
-    raw = (
-        spark.read.format("xml")
-        .option("rowTag", CUSTOMER_MGMT_ROW_TAG)
-        .option("ignoreSurroundingSpaces", "false")  # keep text exactly as written (e.g. a leading space)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", "_corrupt_record")
-        .schema(schema)
-        .load(path)
-    )
-    located = raw.select(
-        F.input_file_block_start().alias("_split"),
-        F.monotonically_increasing_id().alias("_in_task"),
-        F.struct(*[F.col(f.name) for f in schema.fields]).alias("action"),
-    )
-    in_file_order = Window.orderBy("_split", "_in_task")
-    return located.select(F.row_number().over(in_file_order).cast("long").alias("action_seq"), "action")
 
 
 @dataclass
@@ -477,12 +173,12 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int 
     """
     report = StageReport(batch_id)
     by_source: dict[str, tuple[SourceFile, list[BatchFile]]] = {}
-    finwire: list[BatchFile] = []
-    customer_mgmt: list[BatchFile] = []
+    finwire_files: list[BatchFile] = []
+    xml_files: list[BatchFile] = []
     for bf in files:
         kind = nondelimited_source_for_file(bf.file, bf.source_batch)
         if kind is not None:
-            (finwire if kind == FINWIRE else customer_mgmt).append(bf)
+            (finwire_files if kind == FINWIRE else xml_files).append(bf)
             continue
         source = source_for_file(bf.file, bf.source_batch)
         if source is None:
@@ -496,10 +192,10 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int 
     for name in sorted(by_source):
         source, group = by_source[name]
         parses.append(functools.partial(stage_source, ctx, batch_id, source, group))
-    if finwire:
-        parses.append(functools.partial(stage_finwire, ctx, batch_id, finwire))
-    if customer_mgmt:
-        parses.append(functools.partial(stage_customer_mgmt, ctx, batch_id, customer_mgmt))
+    if finwire_files:
+        parses.append(functools.partial(stage_finwire, ctx, batch_id, finwire_files))
+    if xml_files:
+        parses.append(functools.partial(stage_customer_mgmt, ctx, batch_id, xml_files))
     rejects: list[pa.Table] = []
     quarantined: list[pa.Table] = []
     results: list[pa.Table] = []
@@ -596,12 +292,6 @@ def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list
     return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
 
 
-def _collect(checked: DataFrame) -> pa.Table:
-    """Checked lines as Arrow, with the raw `line` kept for rejected lines only (staged rows do not store it, and
-    it is the widest column)."""
-    return checked.withColumn("line", F.when(F.col("reason") != "", F.col("line"))).toArrow()
-
-
 def _landing_lines(ctx: JobContext, files: list[BatchFile]) -> tuple[pa.Table, list[int]]:
     """Numbered lines of all `files` with `source_file` and `source_batch`, and the line count of each file."""
     parts = []
@@ -640,34 +330,33 @@ def _reconcile(
 
 
 def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
-    """Parse all FINWIRE `files` of a batch: ([(CMP/SEC/FIN staging table, staged rows)], rejected rows, per-file
-    counts)."""
+    """Parse all FINWIRE `files` of a batch (`jobs.finwire`): ([(CMP/SEC/FIN staging table, staged rows)], rejected
+    rows, per-file counts)."""
     lines, read = _landing_lines(ctx, files)
-    checked, other = check_finwire(ctx.spark.createDataFrame(lines))
-    staged, rejected = {}, [_with_batch(other.toArrow(), batch_id, FINWIRE).select(REJECTS.column_names)]
-    for code, df in checked.items():
-        rows = _with_batch(_collect(df), batch_id, FINWIRE)
-        good = pc.equal(rows["reason"], "")
-        staged[code] = rows.filter(good).select(FINWIRE_TABLES[code].column_names)
-        rejected.append(rows.filter(pc.invert(good)).select(REJECTS.column_names))
-    rejects = _concat(rejected, REJECTS)
+    parsed, rejected = finwire.parse_finwire(lines)
+    staged = {
+        code: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
+        for code, rows in parsed.items()
+    }
+    rejects = _concat([_with_batch(rejected, batch_id, FINWIRE).select(REJECTS.column_names)], REJECTS)
     counts = _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
     return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
 
 
 def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
-    """Parse CustomerMgmt.xml `files`: ([(its staging table, staged actions)], rejected actions, per-file counts);
-    `read` counts the
-    actions the XML reader returned (an unparseable stretch of XML counts as one rejected action)."""
+    """Parse CustomerMgmt.xml `files` (`jobs.customer_mgmt`): ([(its staging table, staged actions)], rejected
+    actions, per-file counts); `read` counts the actions the XML reader returned (an unparseable stretch of XML
+    counts as one rejected action)."""
     staged, rejected, read = [], [], []
     for bf in files:
-        actions = read_actions(ctx.spark, str(ctx.settings.landing_dir / bf.file)).select(
+        actions = customer_mgmt.read_actions(ctx.spark, str(ctx.settings.landing_dir / bf.file)).select(
             "action_seq",
             "action",
             F.lit(bf.file).alias("source_file"),
             F.lit(bf.source_batch).cast("int").alias("source_batch"),
         )
-        rows = _with_batch(check_actions(actions).toArrow(), batch_id, CUSTOMER_MGMT_SOURCE)
+        raw = customer_mgmt.raw_actions(actions).toArrow()
+        rows = _with_batch(customer_mgmt.check_actions(raw), batch_id, CUSTOMER_MGMT_SOURCE)
         read.append(rows.num_rows)
         good = pc.equal(rows["reason"], "")
         staged.append(rows.filter(good).select(CUSTOMER_MGMT.column_names))

@@ -57,8 +57,8 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
         # micro-batches, where building them cost a third of a step (measured: T2 10 s -> 7 s per micro-batch).
         .config("spark.sql.optimizer.runtime.bloomFilter.enabled", "false")
         # Below this size, `createDataFrame` of Arrow data makes a local relation, and the optimizer then evaluates
-        # the whole parse of a staged file in the driver, interpreted, on one thread (measured: FINWIRE at SF 3,
-        # 40 MB, 13-16 s of "optimization"). Small micro-batches still stay local.
+        # every expression over it in the driver, interpreted, on one thread (measured when Spark still parsed the
+        # staged files: FINWIRE at SF 3, 40 MB, 13-16 s of "optimization"). Small frames still stay local.
         .config("spark.sql.execution.arrow.localRelationThreshold", str(256 * 1024))
         # A micro-batch compiles ~235 generated classes; the default cache of 100 evicted them before the next
         # micro-batch could reuse them (measured at SF 3: 235 -> ~30 compilations, 18.0 s -> 15.7 s per micro-batch).

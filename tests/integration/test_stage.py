@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from builders import SHARED_SAMPLE, source_line, write_landing_file
-from pyspark.sql import functions as F
 
-from jobs.delimited import _typed, parse_delimited
-from jobs.stage import _parse_datetime, _parse_value, numbered_lines, read_lines, source_for_file
+from jobs.delimited import parse_delimited
+from jobs.stage import numbered_lines, source_for_file
 from schemas import sources as src
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchLog
@@ -32,12 +29,6 @@ def ctx(spark, tmp_path_factory) -> JobContext:
     home = tmp_path_factory.mktemp("stage-home")
     settings = Settings(home=home, spark_master="local[2]")
     return JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
-
-
-def test_read_lines_numbers_lines_and_strips_crlf(spark, tmp_path: Path):
-    path = write_landing_file(tmp_path / "StatusType.txt", ["ACTV|Active", "CMPT|Completed", "CNCL|Canceled"])
-    rows = sorted(tuple(r) for r in read_lines(spark, str(path)).collect())
-    assert rows == [(1, "ACTV|Active"), (2, "CMPT|Completed"), (3, "CNCL|Canceled")]
 
 
 def test_source_for_file_matches_declared_patterns():
@@ -147,55 +138,3 @@ def test_official_values_keep_their_exact_text():
     )
     rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "BatchDate.txt")), src.BATCH_DATE)
     assert rows["batchdate"].to_pylist() == [dt.date(2017, 7, 7)]
-
-
-@pytest.mark.parametrize(
-    ("fmt", "text", "expected"),
-    [
-        ("yyyy-MM-dd", "2012-02-29", dt.date(2012, 2, 29)),
-        ("yyyy-MM-dd", "2013-02-29", None),
-        ("yyyy-MM-dd", "2012-1-05", None),
-        ("yyyy-MM-dd", "2012-01-05 ", None),
-        ("yyyy-MM-dd", "2012-01-05T00:00", None),
-        ("yyyy-MM-dd HH:mm:ss", "2012-01-05 23:59:59", dt.datetime(2012, 1, 5, 23, 59, 59)),
-        ("yyyy-MM-dd HH:mm:ss", "2012-01-05 24:00:00", None),
-        ("yyyy-MM-dd HH:mm:ss", "2012-01-05 10:11:12.5", None),
-        ("yyyy-MM-dd HH:mm:ss", "2012-01-05T10:11:12", None),
-        ("yyyyMMdd", "20120229", dt.date(2012, 2, 29)),
-        ("yyyyMMdd", "20121301", None),
-        ("yyyyMMdd", "2012015", None),
-        ("yyyyMMdd-HHmmss", "20120105-101112", dt.datetime(2012, 1, 5, 10, 11, 12)),
-        ("yyyyMMdd-HHmmss", "20120105-106012", None),
-        ("yyyyMMdd-HHmmss", "20120105 101112", None),
-    ],
-)
-def test_datetime_fields_parse_exactly_their_pattern(spark, fmt, text, expected):
-    logical = "timestamp" if "HH" in fmt else "date"
-    row = spark.createDataFrame([(text,)], "raw string").select(_parse_datetime(F.col("raw"), logical, fmt)).first()
-    assert row[0] == expected
-
-
-# Texts on the edges of each type's rule (sign, range, rounding, calendar, shape).
-EDGE_TEXTS = {
-    "int": ["42", "+42", "-0", "007", "2147483647", "2147483648", "-2147483648", "-2147483649", "4.0", " 4", "1e3"],
-    "bigint": ["9223372036854775807", "9223372036854775808", "-9223372036854775808", "+1", "x"],
-    "decimal(6,2)": ["1234.5", ".5", "5.", "+1.25", "1.005", "-1.005", "9999.994", "9999.995", "10000", "1e2", "-"],
-    "date": ["2012-02-29", "2013-02-29", "2012-13-01", "2012-1-05", "2012-01-05 ", "20120105"],
-    "timestamp": ["2012-01-05 23:59:59", "2012-02-30 10:00:00", "2012-01-05 24:00:00", "2012-01-05 10:11"],
-    "boolean": ["true", "TRUE", "1", "False", "0", "yes"],
-    "time": ["09:30:00", "24:00:00", "9:30:00"],
-}
-
-
-@pytest.mark.parametrize("logical", sorted(EDGE_TEXTS))
-def test_delimited_typing_agrees_with_the_spark_typing_of_finwire_and_xml(spark, logical: str):
-    """Delimited files are typed in Arrow (`jobs.delimited`), FINWIRE and CustomerMgmt.xml in Spark
-    (`_parse_value`): the same text gives the same value, or is invalid, in both."""
-    texts = EDGE_TEXTS[logical]
-    arrow_values = _typed(pa.array(texts, pa.large_string()), pa.array([True] * len(texts)), logical).values
-    value, valid = _parse_value(F.col("raw"), logical, None)
-    if logical == "timestamp":  # compared as microseconds since the epoch (collect() would use the local zone)
-        value, arrow_values = F.unix_micros(value), arrow_values.cast(pa.int64())
-    frame = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, raw string")
-    spark_values = [r.v for r in frame.select("i", F.when(valid, value).alias("v")).orderBy("i").collect()]
-    assert dict(zip(texts, arrow_values.to_pylist(), strict=True)) == dict(zip(texts, spark_values, strict=True))

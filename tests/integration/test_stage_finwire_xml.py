@@ -15,10 +15,13 @@ from decimal import Decimal
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pyarrow as pa
 import pytest
 from builders import SHARED_SAMPLE, write_landing_file
 
-from jobs.stage import nondelimited_source_for_file, parse_finwire, read_actions, read_lines, source_for_file
+from jobs.customer_mgmt import read_actions
+from jobs.finwire import parse_finwire
+from jobs.stage import nondelimited_source_for_file, numbered_lines, source_for_file
 from schemas.quality import QUALITY_RESULTS
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchLog
@@ -64,19 +67,24 @@ def _rows(ctx: JobContext, table, **where) -> list[dict]:
     ("name", "expected"),
     [("FINWIRE1967Q1", {"CMP": 86}), ("FINWIRE2000Q1", {"CMP": 7, "SEC": 11, "FIN": 610})],
 )
-def test_official_finwire_file_stages_every_record(spark, name: str, expected: dict[str, int]):
+def test_official_finwire_file_stages_every_record(name: str, expected: dict[str, int]):
     assert _record_types(OFFICIAL / name) == Counter(expected)
-    staged, rejected = parse_finwire(read_lines(spark, str(OFFICIAL / name)))
-    assert rejected.collect() == []
-    assert {code: df.count() for code, df in staged.items()} == {"CMP": 0, "SEC": 0, "FIN": 0} | expected
+    staged, rejected = parse_finwire(numbered_lines(str(OFFICIAL / name)))
+    assert rejected.to_pylist() == []
+    assert {code: rows.num_rows for code, rows in staged.items()} == {"CMP": 0, "SEC": 0, "FIN": 0} | expected
+
+
+def _line(rows, line_no: int, columns: list[str] | None = None) -> dict:
+    (row,) = [r for r in rows.to_pylist() if r["line_no"] == line_no]
+    return row if columns is None else {c: row[c] for c in columns}
 
 
 @needs_sample
-def test_official_finwire_values_are_cut_and_typed(spark):
-    staged, _ = parse_finwire(read_lines(spark, str(OFFICIAL / "FINWIRE1967Q1")))
-    cmp = staged["CMP"].where("line_no = 1").first().asDict()
+def test_official_finwire_values_are_cut_and_typed():
+    staged, _ = parse_finwire(numbered_lines(str(OFFICIAL / "FINWIRE1967Q1")))
+    cmp = _line(staged["CMP"], 1)
     assert cmp == {
-        "pts": dt.datetime(1967, 1, 1, 15, 48, 42),
+        "pts": dt.datetime(1967, 1, 1, 15, 48, 42, tzinfo=UTC),
         "rec_type": "CMP",
         "company_name": "kkhSvCsfgbDUvsiZWtPQwjkYPwKrfTUFMGMCWCBXBcOcTkaLSudO",
         "cik": "0000000000",
@@ -96,12 +104,12 @@ def test_official_finwire_values_are_cut_and_typed(spark):
         "line_no": 1,
     }
 
-    staged, _ = parse_finwire(read_lines(spark, str(OFFICIAL / "FINWIRE2000Q1")))
-    sec_cols = ["symbol", "issue_type", "status", "name", "ex_id", "sh_out", "first_trade_date"]
+    staged, _ = parse_finwire(numbered_lines(str(OFFICIAL / "FINWIRE2000Q1")))
+    sec_cols = ["pts", "symbol", "issue_type", "status", "name", "ex_id", "sh_out", "first_trade_date"]
     sec_cols += ["first_trade_exchg", "dividend", "co_name_or_cik", "cik", "company_name"]
-    by_name = staged["SEC"].where("line_no = 612").select("pts", *sec_cols).first()
-    assert tuple(by_name) == (
-        dt.datetime(2000, 3, 29, 16, 45, 45),
+    by_name = _line(staged["SEC"], 612, sec_cols)
+    assert tuple(by_name.values()) == (
+        dt.datetime(2000, 3, 29, 16, 45, 45, tzinfo=UTC),
         "AAAAAAAAAAAACAJ",
         "COMMON",
         "ACTV",
@@ -115,9 +123,9 @@ def test_official_finwire_values_are_cut_and_typed(spark):
         None,
         "tXuUfntJgrxYaMaSjZVXXQIcxTYzWyiecYHvqZzOYqDOHdFPjXGZhQ",
     )
-    by_cik = staged["SEC"].where("line_no = 615").select("pts", *sec_cols).first()
-    assert tuple(by_cik) == (
-        dt.datetime(2000, 3, 30, 7, 32, 11),
+    by_cik = _line(staged["SEC"], 615, sec_cols)
+    assert tuple(by_cik.values()) == (
+        dt.datetime(2000, 3, 30, 7, 32, 11, tzinfo=UTC),
         "AAAAAAAAAAAACAK",
         "COMMON",
         "ACTV",
@@ -131,9 +139,9 @@ def test_official_finwire_values_are_cut_and_typed(spark):
         "0000000492",
         None,
     )
-    fin = staged["FIN"].where("line_no = 1").first().asDict()
+    fin = _line(staged["FIN"], 1)
     assert fin == {
-        "pts": dt.datetime(2000, 1, 1, 5, 8, 10),
+        "pts": dt.datetime(2000, 1, 1, 5, 8, 10, tzinfo=UTC),
         "rec_type": "FIN",
         "year": 2000,
         "quarter": 1,
@@ -197,17 +205,20 @@ def test_damaged_lines_start_from_official_lines():
     assert (len(CMP_LINE), len(SEC_CIK_LINE), len(FIN_LINE)) == (543, 170, 196)
 
 
-def test_bad_finwire_lines_are_rejected_with_their_reason(spark):
-    lines = spark.createDataFrame(
-        [(i, line) for i, (line, _) in enumerate(BAD_FINWIRE, 1)], "line_no bigint, line string"
+def test_bad_finwire_lines_are_rejected_with_their_reason():
+    lines = pa.table(
+        {
+            "line_no": pa.array(range(1, len(BAD_FINWIRE) + 1), pa.int64()),
+            "line": pa.array([line for line, _ in BAD_FINWIRE], pa.large_string()),
+        }
     )
     staged, rejected = parse_finwire(lines)
-    assert {code: sorted(r.line_no for r in df.collect()) for code, df in staged.items()} == {
+    assert {code: sorted(rows["line_no"].to_pylist()) for code, rows in staged.items()} == {
         "CMP": [1],
         "SEC": [5],
         "FIN": [8],
     }
-    assert sorted((r.line_no, r.reason) for r in rejected.collect()) == [
+    assert sorted((r["line_no"], r["reason"]) for r in rejected.to_pylist()) == [
         (i, reason) for i, (_, reason) in enumerate(BAD_FINWIRE, 1) if reason is not None
     ]
 

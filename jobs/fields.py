@@ -1,0 +1,217 @@
+"""Type raw text fields of staged records with Arrow's C++ kernels: the one implementation of the field rules.
+
+Delimited lines (`jobs.delimited`), FINWIRE records (`jobs.finwire`) and CustomerMgmt.xml actions (`jobs.stage`)
+all arrive as columns of text, one value per record, and are typed here, column by column, in the driver:
+- an integer is `[+-]digits` within its type's range;
+- a decimal is `[+-]digits[.digits]` (or `.digits`), rounded half up to its scale, and must fit its precision
+  after rounding;
+- a date or timestamp has exactly its declared pattern (`DATETIME_PATTERNS`) and is a real calendar value;
+  timestamps are UTC;
+- a boolean is `true`/`false`/`1`/`0` in any case; a time is `HH:mm:ss`; text is kept as written.
+
+A value is typed by one vectorized cast of its column. Arrow's casts reject the whole column when one value
+does not convert (an overflow, a decimal with more digits than its scale, 30 February), so a failed cast is
+retried on halves until the values that fail are found one by one (`_cast`); only those go through the
+per-value rule. Clean data costs one cast per column.
+
+`Problems` gathers what is wrong with each record, in column order, into the `reason` text of a rejected record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.model import Column, decimal_precision
+
+INTEGER_SHAPE = r"^[+-]?[0-9]+$"
+DECIMAL_SHAPE = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
+TIME_SHAPE = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]$"
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
+
+
+@dataclass(frozen=True)
+class DatetimePattern:
+    """A date or timestamp pattern of the source files (Spark's notation, as declared in `schemas`): the shape
+    of a valid text, and the (start, length) pieces of the text that make its ISO form, joined by `separators`
+    (no pieces: the text already is ISO)."""
+
+    shape: str
+    pieces: tuple[tuple[int, int], ...] = ()
+    separators: tuple[str, ...] = ()
+
+
+DATETIME_PATTERNS = {
+    "yyyy-MM-dd": DatetimePattern(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"),
+    "yyyy-MM-dd HH:mm:ss": DatetimePattern(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$"),
+    "yyyy-MM-dd'T'HH:mm:ss": DatetimePattern(
+        r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}$", ((0, 10), (11, 8)), (" ",)
+    ),
+    "yyyyMMdd": DatetimePattern(r"^[0-9]{8}$", ((0, 4), (4, 2), (6, 2)), ("-", "-")),
+    "yyyyMMdd-HHmmss": DatetimePattern(
+        r"^[0-9]{8}-[0-9]{6}$", ((0, 4), (4, 2), (6, 2), (9, 2), (11, 2), (13, 2)), ("-", "-", " ", ":", ":")
+    ),
+}
+DEFAULT_PATTERNS = {"date": "yyyy-MM-dd", "timestamp": "yyyy-MM-dd HH:mm:ss"}
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A column's typed values (NULL where absent or invalid) and where a present value is invalid."""
+
+    values: pa.Array
+    invalid: pa.Array  # boolean, never NULL
+
+
+def check_supported(columns: tuple[Column, ...], where: str) -> None:
+    """Raises ValueError for a declared column this module cannot type (`where` names the source)."""
+    for col in columns:
+        if col.type in DEFAULT_PATTERNS and _pattern(col) not in DATETIME_PATTERNS:
+            raise ValueError(f"{where}.{col.name}: no parser for {col.type} pattern {col.fmt}")
+        if col.type not in ("string", "int", "bigint", "boolean", "time", *DEFAULT_PATTERNS) and not (
+            decimal_precision(col.type)
+        ):
+            raise ValueError(f"{where}.{col.name}: no parser for type {col.type}")
+
+
+def typed(raw: pa.Array, present: pa.Array, col: Column) -> Typed:
+    """Typed values of declared column `col` from a column of raw texts (`present`: not empty)."""
+    logical = col.type
+    if logical == "string":
+        return Typed(pc.if_else(present, raw, pa.scalar(None, raw.type)), pc.and_(present, False))
+    if logical == "boolean":
+        lowered = pc.utf8_lower(raw)
+        value = pc.if_else(
+            pc.is_in(lowered, pa.array(["true", "1"])),
+            True,
+            pc.if_else(pc.is_in(lowered, pa.array(["false", "0"])), False, pa.scalar(None, pa.bool_())),
+        )
+        return Typed(value, pc.and_(present, pc.is_null(value)))
+    if logical == "time":
+        shaped = pc.match_substring_regex(raw, TIME_SHAPE)
+        return Typed(pc.if_else(shaped, raw, pa.scalar(None, raw.type)), pc.and_(present, pc.invert(shaped)))
+    if logical in _INT_RANGE:
+        kind = pa.int32() if logical == "int" else pa.int64()
+        return _cast_shaped(raw, raw, present, INTEGER_SHAPE, kind, _integer(logical))
+    if logical in DEFAULT_PATTERNS:
+        pattern = DATETIME_PATTERNS[_pattern(col)]
+        iso = _iso(raw, pattern)
+        if logical == "date":
+            return _cast_shaped(raw, iso, present, pattern.shape, pa.date32(), _date)
+        value = _cast_shaped(raw, iso, present, pattern.shape, pa.timestamp("us"), _timestamp)
+        return Typed(value.values.cast(pa.timestamp("us", tz="UTC")), value.invalid)  # the text is UTC
+    precision, scale = decimal_precision(logical)
+    return _cast_shaped(raw, raw, present, DECIMAL_SHAPE, pa.decimal128(precision, scale), _decimal(precision, scale))
+
+
+class Problems:
+    """What is wrong with each record, in the order found: `reason()` is '' for a good record, else the problems
+    joined by '; '. Texts are only built for columns that have a bad value."""
+
+    def __init__(self, length: int):
+        self._length, self._kind, self._parts = length, pa.large_string(), []
+
+    def add(self, bad: pa.Array, text: pa.Array | str) -> None:
+        """`text` (per record, or one text) is a problem of the records where `bad` is true."""
+        if not pc.any(bad).as_py():
+            return
+        text = pa.scalar(text, self._kind) if isinstance(text, str) else text.cast(self._kind)
+        part = pc.binary_join_element_wise(pa.scalar("; ", self._kind), text, pa.scalar("", self._kind))
+        self._parts.append(pc.if_else(bad, part, pa.scalar("", self._kind)))
+
+    def add_typed(self, col: Column, raw: pa.Array, present: pa.Array, value: Typed) -> None:
+        """The problems of one typed column: '<name>: required value is empty' for an empty required value, else
+        "<name>: '<text>' is not a valid <type>" for a present value that does not type."""
+        if not col.nullable:
+            self.add(pc.invert(present), f"{col.name}: required value is empty")
+        self.add(value.invalid, join(f"{col.name}: '", raw, f"' is not a valid {col.type}"))
+
+    def reason(self) -> pa.Array:
+        if not self._parts:
+            return pa.array([""] * self._length, self._kind)
+        # '; a; b' -> 'a; b' (Arrow's join that skips NULLs drops the records whose values are all NULL, so the
+        # parts are '' rather than NULL where fine)
+        return pc.utf8_slice_codeunits(pc.binary_join_element_wise(*self._parts, pa.scalar("", self._kind)), 2)
+
+
+def join(*parts: pa.Array | str) -> pa.Array:
+    """Texts and columns of text concatenated per record (large strings)."""
+    kind = pa.large_string()
+    values = [pa.scalar(p, kind) if isinstance(p, str) else p.cast(kind) for p in parts]
+    return pc.binary_join_element_wise(*values, pa.scalar("", kind))
+
+
+def _pattern(col: Column) -> str:
+    return col.fmt or DEFAULT_PATTERNS[col.type]
+
+
+def _iso(raw: pa.Array, pattern: DatetimePattern) -> pa.Array:
+    if not pattern.pieces:
+        return raw
+    pieces = [pc.utf8_slice_codeunits(raw, start, start + length) for start, length in pattern.pieces]
+    parts = [pieces[0]]
+    for separator, piece in zip(pattern.separators, pieces[1:], strict=True):
+        parts += [separator, piece]
+    return join(*parts)
+
+
+def _cast_shaped(
+    raw: pa.Array, text: pa.Array, present: pa.Array, shape: str, to: pa.DataType, one: Callable[[str], object]
+) -> Typed:
+    """`text` (`raw` or its ISO form) cast to `to` where `raw` has `shape` (`one` converts a text the cast
+    rejects, or gives None); `invalid` where a present text has another shape or does not convert."""
+    shaped = pc.match_substring_regex(raw, shape)
+    values = _cast(pc.if_else(shaped, text, pa.scalar(None, text.type)), to, one)
+    return Typed(values, pc.and_(present, pc.is_null(values)))
+
+
+def _cast(texts: pa.Array, to: pa.DataType, one: Callable[[str], object]) -> pa.Array:
+    """`texts` cast to `to`; where Arrow rejects the cast, halves are retried until single texts are left, and
+    those go through `one`."""
+    try:
+        return texts.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if len(texts) > 1:
+            half = len(texts) // 2
+            return pa.concat_arrays([_cast(texts.slice(0, half), to, one), _cast(texts.slice(half), to, one)])
+        return pa.array([one(texts[0].as_py())], to)
+
+
+def _integer(logical: str) -> Callable[[str], int | None]:
+    low, high = _INT_RANGE[logical]
+
+    def one(text: str) -> int | None:
+        value = int(text)  # the shape is checked: digits with an optional sign ('+' is not Arrow's)
+        return value if low <= value <= high else None
+
+    return one
+
+
+def _decimal(precision: int, scale: int) -> Callable[[str], decimal.Decimal | None]:
+    step, limit = decimal.Decimal(1).scaleb(-scale), decimal.Decimal(10) ** (precision - scale)
+
+    def one(text: str) -> decimal.Decimal | None:
+        with decimal.localcontext(prec=precision + len(text)):
+            value = decimal.Decimal(text).quantize(step, rounding=decimal.ROUND_HALF_UP)
+        return value if abs(value) < limit else None
+
+    return one
+
+
+def _date(text: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _timestamp(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None

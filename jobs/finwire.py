@@ -1,0 +1,99 @@
+"""Parse FINWIRE lines (fixed-width CMP, SEC and FIN records) into typed rows, with Arrow's C++ kernels.
+
+Every line is a record whose type is characters 16-18. Each field is cut at its declared positions
+(`schemas.finwire`, 1-based) without its padding: text loses trailing spaces only, so a leading space of a value
+stays; numbers and dates lose spaces on both sides. Values are then typed by `jobs.fields` (dates `yyyyMMdd`,
+the posting time `yyyyMMdd-HHmmss`). A line is bad when it is empty, of another record type, of a length its
+type does not have, has a value that does not fit its type, leaves a required field blank, or, for a short
+SEC/FIN line, does not end in a 10-digit CIK. The last field of SEC and FIN is kept as text (`co_name_or_cik`)
+and split into `cik` (short line) or `company_name` (full line).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs import fields
+from schemas import finwire as fw
+
+_CIK = r"^[0-9]{10}$"
+
+
+def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
+    """Cut and type `lines` of one record type: `line_no`, `line`, the other columns of `lines` (passed through),
+    the record's declared columns and `reason` ('' for a good line)."""
+    fields.check_supported(record.columns, record.rec_type)
+    line = lines["line"].combine_chunks().cast(pa.large_string())
+    length = pc.utf8_length(line)
+    problems, typed = fields.Problems(len(line)), []
+    for f in record.fields:
+        raw = _field(line, f)
+        present = pc.not_equal(raw, "")
+        value = fields.typed(raw, present, f.column)
+        typed.append(value.values)
+        problems.add_typed(f.column, raw, present, value)
+    if record.short_last_field is not None:
+        last = _field(line, record.fields[-1])
+        short = pc.equal(length, min(record.widths))
+        no_value = pa.scalar(None, last.type)
+        typed.append(pc.if_else(short, last, no_value))  # cik
+        typed.append(pc.if_else(pc.and_(pc.invert(short), pc.not_equal(last, "")), last, no_value))  # company_name
+        problems.add(
+            pc.and_(short, pc.invert(pc.match_substring_regex(last, _CIK))),
+            fields.join(f"{record.fields[-1].name}: '", last, "' is not a 10-digit CIK"),
+        )
+    widths = " or ".join(str(w) for w in record.widths)
+    reason = pc.if_else(
+        pc.equal(line, ""),
+        pa.scalar("empty line", line.type),
+        pc.if_else(
+            pc.is_in(length, pa.array(record.widths, length.type)),
+            problems.reason(),
+            fields.join(f"{record.rec_type} record: expected {widths} characters, found ", length.cast(pa.string())),
+        ),
+    )
+    out = lines.drop_columns(["line"]).add_column(1, "line", line)
+    for col, values in zip(record.columns, typed, strict=True):
+        out = out.append_column(col.name, values)
+    return out.append_column("reason", reason)
+
+
+def check_finwire(lines: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
+    """Lines of FINWIRE files by record type: ({CMP/SEC/FIN: `check_fixed_width` of its lines}, the other lines
+    with `line_no`, `line`, the other columns of `lines` and `reason`: an empty line or an unknown record type)."""
+    line = lines["line"].combine_chunks().cast(pa.large_string())
+    lines = lines.set_column(lines.column_names.index("line"), "line", line)
+    rec_type = pc.utf8_slice_codeunits(line, 15, 18)
+    checked = {
+        code: check_fixed_width(lines.filter(pc.equal(rec_type, code)), record) for code, record in fw.RECORDS.items()
+    }
+    unknown = pc.invert(pc.is_in(rec_type, pa.array(list(fw.RECORDS), rec_type.type)))
+    other = lines.filter(unknown)
+    other_line = other["line"].combine_chunks()
+    reason = pc.if_else(
+        pc.equal(other_line, ""),
+        pa.scalar("empty line", pa.large_string()),
+        fields.join("unknown record type '", pc.utf8_slice_codeunits(other_line, 15, 18), "' (characters 16-18)"),
+    )
+    return checked, other.append_column("reason", reason)
+
+
+def parse_finwire(lines: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
+    """`({CMP/SEC/FIN: staged rows}, rejected)`: staged rows have the record's declared columns, `line_no` and the
+    other columns of `lines`; `rejected` has `line_no`, `line`, `reason` and the other columns. Every input line is
+    in exactly one of the four."""
+    checked, other = check_finwire(lines)
+    passthrough = [c for c in lines.column_names if c not in ("line_no", "line")]
+    staged, rejected = {}, [other.select(["line_no", "line", "reason", *passthrough])]
+    for code, rows in checked.items():
+        good = pc.equal(rows["reason"], "")
+        staged[code] = rows.filter(good).select([*[c.name for c in fw.RECORDS[code].columns], "line_no", *passthrough])
+        rejected.append(rows.filter(pc.invert(good)).select(["line_no", "line", "reason", *passthrough]))
+    return staged, pa.concat_tables(rejected)
+
+
+def _field(line: pa.Array, f: fw.FixedWidthField) -> pa.Array:
+    """The text of field `f` of every line, without its padding."""
+    raw = pc.utf8_slice_codeunits(line, f.start - 1, f.end)
+    return pc.utf8_rtrim(raw, characters=" ") if f.type == "string" else pc.utf8_trim(raw, characters=" ")
