@@ -2,10 +2,10 @@
 
 Each file is matched to its declared source (`schemas.sources`) by name and parsed field by field with the
 declared types. Delimited files are split into numbered lines and typed in the driver with Arrow's C++ kernels
-(`jobs.delimited`; a round trip through Spark cost five times as long). A line that does not parse (wrong number
-of fields, a value that is not of its type, an empty required field) goes to `staging.rejects` with the file, the
-line number and the reason; nothing is dropped silently: for every file, lines read = lines staged + lines
-rejected.
+(`jobs.delimited`; a round trip through Spark cost more than five times as long). A line that does not parse
+(wrong number of fields, a value that is not of its type, an empty required field) goes to `staging.rejects`
+with the file, the line number and the reason; nothing is dropped silently: for every file, lines read = lines
+staged + lines rejected.
 
 The two sources that are not delimited (Batch1 only) follow the same rules (`jobs.fields` types every value):
 - FINWIRE files (`jobs.finwire`): every line is a CMP, SEC or FIN record (characters 16-18), cut into the fields
