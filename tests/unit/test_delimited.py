@@ -63,6 +63,7 @@ def one_value(column: str, text: str) -> tuple[object, str]:
         ("i", "-2147483649", None),
         ("i", "4.0", None),
         ("i", " 4", None),
+        ("i", "4\r", None),  # a stray carriage return inside a line is not a line ending
         ("i", "1e3", None),
         ("b", "9223372036854775807", 9223372036854775807),
         ("b", "9223372036854775808", None),
