@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -59,3 +60,11 @@ def test_problems_are_joined_in_the_order_found_and_empty_for_a_good_record():
     problems.add(pa.array([True, False, True]), pa.array(["a", "b", "c"], pa.large_string()))
     assert problems.reason().to_pylist() == ["first; a", "", "c"]
     assert Problems(2).reason().to_pylist() == ["", ""]
+
+
+def test_a_column_the_cast_rejects_everywhere_is_typed_value_by_value():
+    texts = [f"{n}.{n % 10}05" for n in range(1000)]  # three decimals for a scale of two: each one is rounded
+    value = typed(pa.array(texts, pa.large_string()), pa.array([True] * 1000), Column("d", "decimal(8,2)"))
+    assert value.values.to_pylist()[:3] == [Decimal("0.01"), Decimal("1.11"), Decimal("2.21")]
+    assert value.values.to_pylist()[999] == Decimal("999.91")
+    assert value.invalid.to_pylist() == [False] * 1000
