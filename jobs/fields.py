@@ -1,26 +1,28 @@
 """Type raw text fields of staged records with Arrow's C++ kernels: the one implementation of the field rules.
 
-Delimited lines (`jobs.delimited`), FINWIRE records (`jobs.finwire`) and CustomerMgmt.xml actions (`jobs.stage`)
-all arrive as columns of text, one value per record, and are typed here, column by column, in the driver:
+Delimited lines (`jobs.delimited`), FINWIRE records (`jobs.finwire`) and CustomerMgmt.xml actions
+(`jobs.customer_mgmt`) all arrive as columns of text, one value per record, and are typed here, column by
+column, in the driver:
 - an integer is `[+-]digits` within its type's range;
 - a decimal is `[+-]digits[.digits]` (or `.digits`), rounded half up to its scale, and must fit its precision
   after rounding;
 - a date or timestamp has exactly its declared pattern (`DATETIME_PATTERNS`) and is a real calendar value;
   timestamps are UTC;
-- a boolean is `true`/`false`/`1`/`0` in any case; a time is `HH:mm:ss`; text is kept as written.
+- a boolean is `true`/`false`/`1`/`0` in any case; a time is `HH:mm:ss`; text is kept as written;
+- nothing is trimmed: a value with a space or a line terminator around it does not have its type's shape.
 
 A value is typed by one vectorized cast of its column. Arrow's casts reject the whole column when one value
 does not convert (an overflow, a decimal with more digits than its scale, 30 February), so a failed cast is
-retried on halves until the values that fail are cornered in runs of at most 64 (`_cast`); only those runs go
-through the per-value rule. Clean data costs one cast per column; a column where every value needs the per-value
-rule (e.g. prices with three decimals for a scale of two) costs about 10 us a value.
+retried on halves until the values that fail are cornered in runs of at most 64 (`_cast`); in those runs each
+value is cast alone, and a value the cast still rejects goes through its type's rule (`_after_cast`: a leading
+'+' of an integer, a decimal with more digits than its scale). Clean data costs one cast per column; a column
+where every value needs the rule (e.g. prices with three decimals for a scale of two) costs about 20 us a value.
 
 `Problems` gathers what is wrong with each record, in column order, into the `reason` text of a rejected record.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,13 +100,13 @@ def typed(raw: pa.Array, present: pa.Array, col: Column) -> Typed:
         return Typed(pc.if_else(shaped, raw, pa.scalar(None, raw.type)), pc.and_(present, pc.invert(shaped)))
     if logical in _INT_RANGE:
         kind = pa.int32() if logical == "int" else pa.int64()
-        return _cast_shaped(raw, raw, present, INTEGER_SHAPE, kind, _integer(logical))
+        return _cast_shaped(raw, raw, present, INTEGER_SHAPE, kind, _integer(kind))
     if logical in DEFAULT_PATTERNS:
         pattern = DATETIME_PATTERNS[_pattern(col)]
         iso = _iso(raw, pattern)
         if logical == "date":
-            return _cast_shaped(raw, iso, present, pattern.shape, pa.date32(), _date)
-        value = _cast_shaped(raw, iso, present, pattern.shape, pa.timestamp("us"), _timestamp)
+            return _cast_shaped(raw, iso, present, pattern.shape, pa.date32(), _invalid)
+        value = _cast_shaped(raw, iso, present, pattern.shape, pa.timestamp("us"), _invalid)
         return Typed(value.values.cast(pa.timestamp("us", tz="UTC")), value.invalid)  # the text is UTC
     precision, scale = decimal_precision(logical)
     return _cast_shaped(raw, raw, present, DECIMAL_SHAPE, pa.decimal128(precision, scale), _decimal(precision, scale))
@@ -115,10 +117,13 @@ class Problems:
     joined by '; '. Texts are only built for columns that have a bad value."""
 
     def __init__(self, length: int):
-        self._length, self._kind, self._parts = length, pa.large_string(), []
+        self._length = length
+        self._kind = pa.large_string()
+        self._parts: list[pa.Array] = []
 
     def add(self, bad: pa.Array, text: pa.Array | str) -> None:
-        """`text` (per record, or one text) is a problem of the records where `bad` is true."""
+        """`text` (per record, or one text) is a problem of the records where `bad` is true. It must not be NULL
+        there: a NULL would make the record's whole reason NULL."""
         if not pc.any(bad).as_py():
             return
         text = pa.scalar(text, self._kind) if isinstance(text, str) else text.cast(self._kind)
@@ -162,60 +167,62 @@ def _iso(raw: pa.Array, pattern: DatetimePattern) -> pa.Array:
 
 
 def _cast_shaped(
-    raw: pa.Array, text: pa.Array, present: pa.Array, shape: str, to: pa.DataType, one: Callable[[str], object]
+    raw: pa.Array, text: pa.Array, present: pa.Array, shape: str, to: pa.DataType, rule: Callable[[str], object]
 ) -> Typed:
-    """`text` (`raw` or its ISO form) cast to `to` where `raw` has `shape` (`one` converts a text the cast
+    """`text` (`raw` or its ISO form) cast to `to` where `raw` has `shape` (`rule` converts a text the cast
     rejects, or gives None); `invalid` where a present text has another shape or does not convert."""
     shaped = pc.match_substring_regex(raw, shape)
-    values = _cast(pc.if_else(shaped, text, pa.scalar(None, text.type)), to, one)
+    values = _cast(pc.if_else(shaped, text, pa.scalar(None, text.type)), to, rule)
     return Typed(values, pc.and_(present, pc.is_null(values)))
 
 
-_ONE_BY_ONE = 64  # a failed cast of at most this many texts converts them one by one (`one`) instead of halving
+_ONE_BY_ONE = 64  # a failed cast of at most this many texts casts them one by one instead of halving
 
 
-def _cast(texts: pa.Array, to: pa.DataType, one: Callable[[str], object]) -> pa.Array:
+def _cast(texts: pa.Array, to: pa.DataType, rule: Callable[[str], object]) -> pa.Array:
     """`texts` cast to `to`; where Arrow rejects the cast, halves are retried until `_ONE_BY_ONE` texts or fewer are
-    left, and those go through `one` (which gives what the cast gives for a text the cast takes)."""
+    left, and those are cast one by one, a text the cast rejects going through `rule`."""
     try:
         return texts.cast(to)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         if len(texts) > _ONE_BY_ONE:
             half = len(texts) // 2
-            return pa.concat_arrays([_cast(texts.slice(0, half), to, one), _cast(texts.slice(half), to, one)])
-        return pa.array([None if text is None else one(text) for text in texts.to_pylist()], to)
+            return pa.concat_arrays([_cast(texts.slice(0, half), to, rule), _cast(texts.slice(half), to, rule)])
+        return pa.concat_arrays([_cast_one(texts.slice(i, 1), to, rule) for i in range(len(texts))])
 
 
-def _integer(logical: str) -> Callable[[str], int | None]:
-    low, high = _INT_RANGE[logical]
+def _cast_one(text: pa.Array, to: pa.DataType, rule: Callable[[str], object]) -> pa.Array:
+    try:
+        return text.cast(to)  # the same cast as the column's, so a value types alike whatever its neighbours
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.array([rule(text[0].as_py())], to)
 
-    def one(text: str) -> int | None:
-        value = int(text)  # the shape is checked: digits with an optional sign ('+' is not Arrow's)
-        return value if low <= value <= high else None
 
-    return one
+def _invalid(_text: str) -> None:
+    return None
+
+
+def _integer(kind: pa.DataType) -> Callable[[str], int | None]:
+    """Arrow's integer cast rejects a leading '+' (Spark's took it) and a value out of range."""
+
+    def rule(text: str) -> int | None:
+        if not text.startswith("+"):
+            return None  # out of range
+        try:
+            return pa.array([text[1:]], pa.large_string()).cast(kind)[0].as_py()
+        except pa.ArrowInvalid:
+            return None
+
+    return rule
 
 
 def _decimal(precision: int, scale: int) -> Callable[[str], decimal.Decimal | None]:
+    """Arrow's decimal cast rejects more digits than the scale; Spark's rounded them half up."""
     step, limit = decimal.Decimal(1).scaleb(-scale), decimal.Decimal(10) ** (precision - scale)
 
-    def one(text: str) -> decimal.Decimal | None:
-        with decimal.localcontext(prec=precision + len(text)):
+    def rule(text: str) -> decimal.Decimal | None:
+        with decimal.localcontext(prec=precision + len(text) + 1):
             value = decimal.Decimal(text).quantize(step, rounding=decimal.ROUND_HALF_UP)
-        return value if abs(value) < limit else None
+            return value if abs(value) < limit else None
 
-    return one
-
-
-def _date(text: str) -> dt.date | None:
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _timestamp(text: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
+    return rule

@@ -26,19 +26,20 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
     fields.check_supported(record.columns, record.rec_type)
     line = lines["line"].combine_chunks().cast(pa.large_string())
     length = pc.utf8_length(line)
-    problems, typed = fields.Problems(len(line)), []
+    problems, typed = fields.Problems(len(line)), {}
     for f in record.fields:
         raw = _field(line, f)
         present = pc.not_equal(raw, "")
         value = fields.typed(raw, present, f.column)
-        typed.append(value.values)
+        typed[f.column.name] = value.values
         problems.add_typed(f.column, raw, present, value)
     if record.short_last_field is not None:
         last = _field(line, record.fields[-1])
         short = pc.equal(length, min(record.widths))
         no_value = pa.scalar(None, last.type)
-        typed.append(pc.if_else(short, last, no_value))  # cik
-        typed.append(pc.if_else(pc.and_(pc.invert(short), pc.not_equal(last, "")), last, no_value))  # company_name
+        cik, company_name = fw.CIK_OR_NAME
+        typed[cik.name] = pc.if_else(short, last, no_value)
+        typed[company_name.name] = pc.if_else(pc.and_(pc.invert(short), pc.not_equal(last, "")), last, no_value)
         problems.add(
             pc.and_(short, pc.invert(pc.match_substring_regex(last, _CIK))),
             fields.join(f"{record.fields[-1].name}: '", last, "' is not a 10-digit CIK"),
@@ -54,8 +55,8 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
         ),
     )
     out = lines.drop_columns(["line"]).add_column(1, "line", line)
-    for col, values in zip(record.columns, typed, strict=True):
-        out = out.append_column(col.name, values)
+    for col in record.columns:
+        out = out.append_column(col.name, typed[col.name])
     return out.append_column("reason", reason)
 
 

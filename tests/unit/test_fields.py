@@ -1,4 +1,5 @@
-"""Dates and timestamps: each declared pattern takes exactly its shape and real calendar values (UTC)."""
+"""Field typing: each declared pattern takes exactly its shape and real calendar values (UTC); a value types
+alike whatever its neighbours; bad values are rejected, never fatal."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
+from jobs.customer_mgmt import check_actions
 from jobs.fields import DATETIME_PATTERNS, Problems, typed
 from schemas.model import Column
+from schemas.sources import CUSTOMER_MGMT_ACTION, CUSTOMER_MGMT_XML
 
 UTC = dt.UTC
 
@@ -68,3 +71,46 @@ def test_a_column_the_cast_rejects_everywhere_is_typed_value_by_value():
     assert value.values.to_pylist()[:3] == [Decimal("0.01"), Decimal("1.11"), Decimal("2.21")]
     assert value.values.to_pylist()[999] == Decimal("999.91")
     assert value.invalid.to_pylist() == [False] * 1000
+
+
+@pytest.mark.parametrize(
+    ("column", "text"),
+    [
+        (Column("day", "date"), "0000-01-01"),  # Arrow's cast takes year 0, Python's date does not
+        (Column("i", "int"), "+5"),
+        (Column("d", "decimal(38,2)"), "9" * 36 + ".99"),
+        (Column("d", "decimal(38,2)"), "1.005"),
+    ],
+)
+def test_a_value_types_alike_alone_or_next_to_a_value_the_cast_rejects(column: Column, text: str):
+    """A bad neighbour sends a run of values through the one-by-one path; it must give what the column cast gives."""
+    bad = {"date": "2012-02-30", "int": "2147483648", "decimal(38,2)": "1" * 37}[column.type]
+    alone = typed(pa.array([text], pa.large_string()), pa.array([True]), column)
+    beside = typed(pa.array([text, bad], pa.large_string()), pa.array([True, True]), column)
+    assert beside.values.slice(0, 1).equals(alone.values)
+    assert (alone.invalid.to_pylist(), beside.invalid.to_pylist()) == ([False], [False, True])
+
+
+def test_huge_numbers_are_rejected_not_fatal():
+    value = typed(pa.array(["1" * 5000, "+" + "1" * 5000], pa.large_string()), pa.array([True] * 2), Column("i", "int"))
+    assert value.invalid.to_pylist() == [True, True]
+    value = typed(pa.array(["9" * 36 + ".995"], pa.large_string()), pa.array([True]), Column("d", "decimal(38,2)"))
+    assert value.invalid.to_pylist() == [True]  # rounds to 39 digits
+
+
+def test_an_xml_value_with_a_line_terminator_is_rejected():
+    """CustomerMgmt.xml values are typed like any other: `<CA_B_ID>7\\n</CA_B_ID>` is not a bigint (Spark's cast
+    used to trim it)."""
+    names = [f.name for f in (*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML)]
+    row = dict.fromkeys(names) | {"action_type": "NEW", "action_ts": "2007-07-07T10:00:00", "c_id": "1"}
+    raw = pa.table(
+        {
+            "action_seq": pa.array([1, 2], pa.int64()),
+            **{n: pa.array([row[n], row[n]], pa.large_string()) for n in names},
+            "_accounts": pa.array([1, 1], pa.int32()),
+            "_corrupt": pa.array([None, None], pa.large_string()),
+            "_as_read": pa.array(["{}", "{}"], pa.large_string()),
+        }
+    ).set_column(names.index("ca_b_id") + 1, "ca_b_id", pa.array(["7", "7\n"], pa.large_string()))
+    checked = check_actions(raw).to_pylist()
+    assert [(r["ca_b_id"], r["reason"]) for r in checked] == [(7, ""), (None, "ca_b_id: '7\n' is not a valid bigint")]
