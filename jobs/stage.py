@@ -165,8 +165,8 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int 
     rows out and is listed in `StageReport.halts` (the caller halts the batch). `attempt` is the number of
     times an operator resumed this stage: from 1 on, halt checks only warn (`overridden`).
 
-    The files of one source are parsed together: a delimited source in Arrow (`jobs.delimited`), FINWIRE in one
-    Spark job per record type for all quarters, CustomerMgmt.xml in one Spark read per file. Two sources are
+    The files of one source are parsed together: a delimited source (`jobs.delimited`) and FINWIRE
+    (`jobs.finwire`) in Arrow, CustomerMgmt.xml in one Spark read per file, typed in Arrow. Two sources are
     parsed at a time while the previous one is committed (`_overlapped`), and the commits follow a fixed order
     (delimited sources by name, FINWIRE, CustomerMgmt, rejects). Raises if the counts of a file do not reconcile
     (lines or actions read != staged + rejected), which would be a bug, not bad data.
