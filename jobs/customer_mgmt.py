@@ -96,17 +96,14 @@ def check_actions(raw: pa.Table) -> pa.Table:
     """Type `raw_actions` rows: the columns of `staging.customermgmt` without lineage (the declared fields,
     `present_fields`, `action_seq`), the lineage columns, `line` (the action as read, for a rejected one; NULL
     for a good one) and `reason` ('' for a good action)."""
-    passthrough = [c for c in raw.column_names if c not in {"action_seq", "_accounts", "_corrupt", "_as_read"}]
-    passthrough = [c for c in passthrough if c not in {f.name for f in _FIELDS}]
-    problems, typed, present_names = fields.Problems(raw.num_rows), [], []
+    own = {"action_seq", "_accounts", "_corrupt", "_as_read", *(f.name for f in _FIELDS)}
+    passthrough = [c for c in raw.column_names if c not in own]
+    problems, typed, present_names = fields.Problems(raw.num_rows), {}, []
     for f in _FIELDS:
         text = raw[f.name].combine_chunks().cast(pa.large_string())
         filled = pc.fill_null(text, "")
         present = pc.not_equal(pc.utf8_trim(filled, characters=" "), "")
-        col = CUSTOMER_MGMT.column(f.name)
-        value = fields.typed(filled, present, col)
-        typed.append(value.values)
-        problems.add_typed(col, filled, present, value)
+        typed[f.name] = fields.type_column(problems, filled, present, CUSTOMER_MGMT.column(f.name))
         if f is CUSTOMER_MGMT_ACTION[0]:  # the action type's own check: one of the known types
             unknown = pc.and_(pc.is_valid(text), pc.invert(pc.is_in(text, pa.array(CUSTOMER_MGMT_ACTIONS))))
             known = ", ".join(CUSTOMER_MGMT_ACTIONS)
@@ -126,7 +123,7 @@ def check_actions(raw: pa.Table) -> pa.Table:
     )
     present_fields = pc.utf8_slice_codeunits(fields.join(*present_names), 1)
     as_read = raw["_as_read"].combine_chunks().cast(pa.large_string())
-    out = pa.table(dict(zip([f.name for f in _FIELDS], typed, strict=True)))
+    out = pa.table(typed)
     out = out.append_column("present_fields", present_fields).append_column("action_seq", raw["action_seq"])
     for name in passthrough:
         out = out.append_column(name, raw[name])

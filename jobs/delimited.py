@@ -31,33 +31,17 @@ def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
     # A line of the wrong width is checked as if it were a line of empty fields: its reason is its width.
     filler = pa.scalar(source.delimiter * (expected - 1), line.type)
     split = pc.split_pattern(pc.if_else(right_width, line, filler), source.delimiter)
-    problems, typed = fields.Problems(len(line)), []
+    problems = fields.Problems(len(line))
+    values = {}
     for i, col in enumerate(source.columns):
         raw = pc.list_element(split, i)
-        present = pc.not_equal(raw, "")
-        value = fields.typed(raw, present, col)
-        typed.append(value.values)
-        problems.add_typed(col, raw, present, value)
-    reason = pc.if_else(
-        pc.equal(line, ""),
-        pa.scalar("empty line", line.type),
-        pc.if_else(
-            right_width, problems.reason(), fields.join(f"expected {expected} fields, found ", count.cast(pa.string()))
-        ),
-    )
-    out = lines.drop_columns(["line"]).add_column(1, "line", line)
-    for col, values in zip(source.columns, typed, strict=True):
-        out = out.append_column(col.name, values)
-    return out.append_column("reason", reason)
+        values[col.name] = fields.type_column(problems, raw, pc.not_equal(raw, ""), col)
+    wrong_width = fields.join(f"expected {expected} fields, found ", count.cast(pa.string()))
+    return fields.checked_lines(lines, line, values, fields.line_reason(line, right_width, problems, wrong_width))
 
 
 def parse_delimited(lines: pa.Table, source: SourceFile) -> tuple[pa.Table, pa.Table]:
     """`(staged, rejected)` lines of one source: `staged` has the declared columns, `line_no` and the other
     columns of `lines`; `rejected` has `line_no`, `line`, `reason` and the other columns. Every input line is in
     exactly one of the two."""
-    checked = check_lines(lines, source)
-    good = pc.equal(checked["reason"], "")
-    passthrough = [c for c in lines.column_names if c not in ("line_no", "line")]
-    staged = checked.filter(good).select([*[c.name for c in source.columns], "line_no", *passthrough])
-    rejected = checked.filter(pc.invert(good)).select(["line_no", "line", "reason", *passthrough])
-    return staged, rejected
+    return fields.split_checked(check_lines(lines, source), [c.name for c in source.columns])

@@ -145,6 +145,39 @@ class Problems:
         return pc.utf8_slice_codeunits(pc.binary_join_element_wise(*self._parts, pa.scalar("", self._kind)), 2)
 
 
+def type_column(problems: Problems, raw: pa.Array, present: pa.Array, col: Column) -> pa.Array:
+    """The typed values of declared column `col` from its raw texts; its problems go to `problems`."""
+    value = typed(raw, present, col)
+    problems.add_typed(col, raw, present, value)
+    return value.values
+
+
+def line_reason(line: pa.Array, right_width: pa.Array, problems: Problems, wrong_width: pa.Array) -> pa.Array:
+    """A line's reason: 'empty line', else `wrong_width` for a line of the wrong width, else its problems."""
+    return pc.if_else(
+        pc.equal(line, ""),
+        pa.scalar("empty line", pa.large_string()),
+        pc.if_else(right_width, problems.reason(), wrong_width),
+    )
+
+
+def checked_lines(lines: pa.Table, line: pa.Array, values: dict[str, pa.Array], reason: pa.Array) -> pa.Table:
+    """`line_no`, `line`, the other columns of `lines` (passed through), `values` in their order, `reason`."""
+    out = lines.drop_columns(["line"]).add_column(1, "line", line)
+    for name, column in values.items():
+        out = out.append_column(name, column)
+    return out.append_column("reason", reason)
+
+
+def split_checked(checked: pa.Table, columns: list[str]) -> tuple[pa.Table, pa.Table]:
+    """`(staged, rejected)` of `checked_lines` output: staged has `columns`, `line_no` and the passed-through
+    columns; rejected has `line_no`, `line`, `reason` and the passed-through columns."""
+    passthrough = [c for c in checked.column_names if c not in {"line_no", "line", "reason", *columns}]
+    good = pc.equal(checked["reason"], "")
+    staged = checked.filter(good).select([*columns, "line_no", *passthrough])
+    return staged, checked.filter(pc.invert(good)).select(["line_no", "line", "reason", *passthrough])
+
+
 def join(*parts: pa.Array | str) -> pa.Array:
     """Texts and columns of text concatenated per record (large strings)."""
     kind = pa.large_string()

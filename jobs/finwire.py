@@ -26,13 +26,11 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
     fields.check_supported(record.columns, record.rec_type)
     line = lines["line"].combine_chunks().cast(pa.large_string())
     length = pc.utf8_length(line)
-    problems, typed = fields.Problems(len(line)), {}
+    problems = fields.Problems(len(line))
+    typed = {}
     for f in record.fields:
         raw = _field(line, f)
-        present = pc.not_equal(raw, "")
-        value = fields.typed(raw, present, f.column)
-        typed[f.column.name] = value.values
-        problems.add_typed(f.column, raw, present, value)
+        typed[f.column.name] = fields.type_column(problems, raw, pc.not_equal(raw, ""), f.column)
     if record.short_last_field is not None:
         last = _field(line, record.fields[-1])
         short = pc.equal(length, min(record.widths))
@@ -45,19 +43,12 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
             fields.join(f"{record.fields[-1].name}: '", last, "' is not a 10-digit CIK"),
         )
     widths = " or ".join(str(w) for w in record.widths)
-    reason = pc.if_else(
-        pc.equal(line, ""),
-        pa.scalar("empty line", line.type),
-        pc.if_else(
-            pc.is_in(length, pa.array(record.widths, length.type)),
-            problems.reason(),
-            fields.join(f"{record.rec_type} record: expected {widths} characters, found ", length.cast(pa.string())),
-        ),
+    right_width = pc.is_in(length, pa.array(record.widths, length.type))
+    wrong_width = fields.join(
+        f"{record.rec_type} record: expected {widths} characters, found ", length.cast(pa.string())
     )
-    out = lines.drop_columns(["line"]).add_column(1, "line", line)
-    for col in record.columns:
-        out = out.append_column(col.name, typed[col.name])
-    return out.append_column("reason", reason)
+    reason = fields.line_reason(line, right_width, problems, wrong_width)
+    return fields.checked_lines(lines, line, {col.name: typed[col.name] for col in record.columns}, reason)
 
 
 def check_finwire(lines: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
@@ -88,9 +79,8 @@ def parse_finwire(lines: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
     passthrough = [c for c in lines.column_names if c not in ("line_no", "line")]
     staged, rejected = {}, [other.select(["line_no", "line", "reason", *passthrough])]
     for code, rows in checked.items():
-        good = pc.equal(rows["reason"], "")
-        staged[code] = rows.filter(good).select([*[c.name for c in fw.RECORDS[code].columns], "line_no", *passthrough])
-        rejected.append(rows.filter(pc.invert(good)).select(["line_no", "line", "reason", *passthrough]))
+        staged[code], bad = fields.split_checked(rows, [c.name for c in fw.RECORDS[code].columns])
+        rejected.append(bad)
     return staged, pa.concat_tables(rejected)
 
 

@@ -285,10 +285,9 @@ def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
 def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
     """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
     lines, read = _landing_lines(ctx, files)
-    checked = _with_batch(delimited.check_lines(lines, source), batch_id, source.name)
-    good = pc.equal(checked["reason"], "")
-    staged = checked.filter(good).select(source.staging.column_names)
-    rejected = checked.filter(pc.invert(good)).select(REJECTS.column_names)
+    parsed, bad = delimited.parse_delimited(lines, source)
+    staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
+    rejected = _with_batch(bad, batch_id, source.name).select(REJECTS.column_names)
     return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
 
 
