@@ -53,6 +53,11 @@ transaction marks T3 done for the micro-batch.
 
 Spark work: one action collects the touched trades' rows and the alerts of this micro-batch's records together
 (`jobs.collect`); the new hold rows and the rejection alerts are then derived from those rows in the driver.
+Only the records of candidate trades are aggregated once earlier micro-batches staged trades: the candidates
+(trades with a record in this micro-batch, held ones, ones naming a changed account or symbol) and their
+records are read with delta-rs, filtered on the trade ids, and handed to Spark as Arrow (`candidate_ids`,
+`candidate_frames`), so a small micro-batch runs no Spark job over every staged trade. Above
+`DRIVER_CANDIDATES` candidate trades Spark selects them instead (`candidate_records`).
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from schemas import warehouse as wh
 from schemas.holds import HELD, REJECTED, TRADE_HOLDS
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.spark import arrow_frame
 
 log = logging.getLogger(__name__)
 
@@ -385,6 +391,62 @@ def candidate_records(
     return records.join(ids.distinct(), "tradeid", "left_semi")
 
 
+# the staged trade tables and the column that holds the trade id in each
+TRADE_ID = {
+    src.TRADE.staging.name: "t_id",
+    src.TRADE_HISTORY.staging.name: "th_t_id",
+    src.TRADE_CDC.staging.name: "t_id",
+}
+# Above this many candidate trades the records are selected in Spark (`candidate_records`) instead of read into
+# the driver (`candidate_frames`), e.g. when a reference change gives every account a new version.
+DRIVER_CANDIDATES = 100_000
+
+
+def _upto(scope: BatchScope) -> pc.Expression:
+    """The staged rows `BatchScope.staged(upto=True)` keeps, as a delta-rs filter."""
+    cond = pc.field("batch_id") <= scope.batch_id
+    if scope.skipped:
+        cond = cond & ~pc.field("batch_id").isin(pa.array(sorted(scope.skipped), pa.int64()))
+    return cond
+
+
+def candidate_ids(
+    ctx: JobContext,
+    scope: BatchScope,
+    tables: tuple[Table, ...],
+    held: pa.Array,
+    changed_accounts: pa.Array | None,
+    changed_symbols: pa.Array | None,
+) -> pa.Array:
+    """The trade ids `candidate_records` selects, read with delta-rs (no Spark job): trades with a record in this
+    micro-batch, the held ones (`held`), and those with a record naming a changed account or symbol."""
+    parts = [held.cast(pa.int64())]
+    for table in tables:
+        if not ctx.lake.exists(table):
+            continue
+        cond = pc.field("batch_id") == scope.batch_id
+        if changed_accounts is not None and "t_ca_id" in table.column_names:
+            cond = cond | pc.field("t_ca_id").isin(changed_accounts.cast(pa.int64()))
+        if changed_symbols is not None and "t_s_symb" in table.column_names:
+            cond = cond | pc.field("t_s_symb").isin(changed_symbols.cast(pa.string()))
+        column = TRADE_ID[table.name]
+        parts.append(ctx.lake.read_where(table, cond & _upto(scope), [column])[column].combine_chunks())
+    return pc.unique(pa.concat_arrays(parts))
+
+
+def candidate_frames(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...], ids: pa.Array) -> list[DataFrame]:
+    """Every staged record (up to this micro-batch) of the trades `ids`, per table, read with delta-rs and handed
+    to Spark as Arrow: the same rows `candidate_records` keeps, without scanning every staged trade in Spark."""
+    frames = []
+    for table in tables:
+        if not ctx.lake.exists(table):
+            frames.append(ctx.lake.empty(table))
+            continue
+        data = ctx.lake.read_where(table, pc.field(TRADE_ID[table.name]).isin(ids) & _upto(scope))
+        frames.append(_spark_table(ctx, table, data))
+    return frames
+
+
 def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:
     """A warehouse table (or, with `scope`, a staging table's rows up to this micro-batch); empty if absent."""
     if not ctx.lake.exists(table):
@@ -428,9 +490,9 @@ def _read_holds(ctx: JobContext) -> pa.Table:
     return ctx.lake.read_arrow(TRADE_HOLDS)
 
 
-def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str, alias: str) -> DataFrame | None:
-    """Distinct `column` values (named `alias`) of the rows this micro-batch's commits changed in `table`, from
-    the table's change feed; None when nothing changed."""
+def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str) -> pa.Array | None:
+    """Distinct `column` values of the rows this micro-batch's commits changed in `table`, from the table's
+    change feed; None when nothing changed."""
     if not ctx.lake.exists(table):
         return None
     versions = sorted(c.table_version for c in _recent_history(ctx, scope, table) if c.txn_version == scope.batch_id)
@@ -438,14 +500,18 @@ def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str,
         return None
     feed = ctx.lake.changes(table, versions[0], versions[-1])
     mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
-    keys = pc.unique(mine[column])
-    return ctx.spark.createDataFrame(pa.table({alias: keys})) if len(keys) else None
+    keys = pc.unique(mine[column].combine_chunks())
+    return keys if len(keys) else None
+
+
+def _key_frame(ctx: JobContext, keys: pa.Array | None, alias: str) -> DataFrame | None:
+    return None if keys is None else arrow_frame(ctx.spark, pa.table({alias: keys}))
 
 
 def _spark_table(ctx: JobContext, table: Table, data: pa.Table) -> DataFrame:
     if data.num_rows == 0:
         return ctx.lake.empty(table)
-    return ctx.spark.createDataFrame(data)
+    return arrow_frame(ctx.spark, data)
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -459,19 +525,29 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         return {}
     done = {t.name: scope.committed(ctx, STEP, t) for t in (wh.DIM_TRADE, wh.DI_MESSAGES)}
     limit = ctx.settings.trade_hold_batches
-    records = trade_records(*[_read(ctx, t, scope=scope) for t in sources])
     holds = _read_holds(ctx)
     holds_df = _spark_table(ctx, TRADE_HOLDS, holds)
-    held = holds_df.where(F.col("state") == HELD)
+    held_before = holds.filter(pc.equal(holds["state"], HELD))
 
     trade_types = _read(ctx, wh.TRADE_TYPE)
-    changed = (
-        _changed_keys(ctx, scope, wh.DIM_ACCOUNT, "accountid", "t_ca_id"),
-        _changed_keys(ctx, scope, wh.DIM_SECURITY, "symbol", "t_s_symb"),
+    changed_keys = (
+        _changed_keys(ctx, scope, wh.DIM_ACCOUNT, "accountid"),
+        _changed_keys(ctx, scope, wh.DIM_SECURITY, "symbol"),
     )
-    # the pre-filter only pays when earlier micro-batches staged trades (else every record is a candidate)
-    earlier = _staged_before(ctx, scope, sources)
-    candidates = candidate_records(records, scope.batch_id, held, *changed) if earlier else records
+    changed = (_key_frame(ctx, changed_keys[0], "t_ca_id"), _key_frame(ctx, changed_keys[1], "t_s_symb"))
+    # Only the candidate trades' records are aggregated when earlier micro-batches staged trades (else every
+    # record is a candidate). Few candidates: their records are read with delta-rs, so no Spark job scans every
+    # staged trade; many: Spark selects them.
+    ids = None
+    if _staged_before(ctx, scope, sources):
+        ids = candidate_ids(ctx, scope, sources, held_before["tradeid"].combine_chunks(), *changed_keys)
+    if ids is not None and len(ids) <= DRIVER_CANDIDATES:
+        records = trade_records(*candidate_frames(ctx, scope, sources, ids))
+        candidates = records
+    else:
+        records = trade_records(*[_read(ctx, t, scope=scope) for t in sources])
+        held = holds_df.where(F.col("state") == HELD)
+        candidates = records if ids is None else candidate_records(records, scope.batch_id, held, *changed)
     states = touched_trades(trade_states(candidates, trade_types), scope.batch_id, holds_df, *changed)
     built = build_trades(
         states, _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT), _read(ctx, wh.STATUS_TYPE), trade_types
@@ -485,7 +561,6 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         .select(["tradeid", "_source_batch", "_reason"])
         .rename_columns(["tradeid", "source_batch", "reason"])
     )
-    held_before = holds.filter(pc.equal(holds["state"], HELD))
     new_holds = next_holds(unresolved, held_before, scope.batch_id, limit)
     rows: dict[str, int] = {}
     if not done[wh.DIM_TRADE.name]:

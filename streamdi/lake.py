@@ -182,11 +182,13 @@ class Lake:
         """Only `columns` of the latest snapshot, read with delta-rs (no Spark), in no particular order."""
         return self._delta(table).to_pyarrow_table(columns=columns)
 
-    def read_where(self, table: Table, condition: pc.Expression) -> pa.Table:
+    def read_where(self, table: Table, condition: pc.Expression, columns: list[str] | None = None) -> pa.Table:
         """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
-        Spark), in the declared column types and no particular order."""
-        data = self._delta(table).to_pyarrow_dataset().to_table(filter=condition)
-        return data.select(table.column_names).cast(table.arrow_schema())
+        Spark), in the declared column types and no particular order; only `columns` when given."""
+        names = list(columns) if columns is not None else table.column_names
+        data = self._delta(table).to_pyarrow_dataset().to_table(columns=names, filter=condition)
+        schema = table.arrow_schema()
+        return data.select(names).cast(pa.schema([schema.field(n) for n in names]))
 
     def committed_version(self, table: Table, app_id: str) -> int | None:
         """Last transaction version recorded for `app_id` on `table` (None if never)."""

@@ -87,3 +87,12 @@ def literal_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema:
     arrow = to_arrow_schema(struct, timezone="UTC")  # naive datetimes are UTC, as the session's time zone
     columns = [pa.array([row[i] for row in rows], type=f.type) for i, f in enumerate(arrow)]
     return spark.createDataFrame(pa.Table.from_arrays(columns, schema=arrow), schema=struct)
+
+
+def arrow_frame(spark: SparkSession, data: pa.Table) -> DataFrame:
+    """`data` as a DataFrame, through Arrow (a local relation below `localRelationThreshold`).
+
+    The chunks are combined first: PySpark 4.3's `createDataFrame` of an Arrow table drops every row after an
+    empty chunk (chunks `[1, 2], [], [3]` give 2 rows), and a delta-rs read returns one chunk per data file,
+    empty ones included."""
+    return spark.createDataFrame(data.combine_chunks())

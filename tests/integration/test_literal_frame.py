@@ -1,13 +1,14 @@
-"""`literal_frame`: small frames handed to the JVM as Arrow, typed as declared, empty or not."""
+"""`literal_frame` and `arrow_frame`: small frames handed to the JVM as Arrow, typed as declared, empty or not."""
 
 from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
-from streamdi.spark import literal_frame
+from streamdi.spark import arrow_frame, literal_frame
 
 pytestmark = pytest.mark.integration
 
@@ -50,3 +51,10 @@ def test_no_rows_give_an_empty_frame_with_the_columns(spark):
 def test_a_row_of_the_wrong_width_is_refused(spark):
     with pytest.raises(ValueError):
         literal_frame(spark, [(1, 2)], "batch int")
+
+
+def test_an_arrow_table_with_an_empty_chunk_keeps_every_row(spark):
+    """A delta-rs read has one chunk per data file, empty ones included; PySpark 4.3's createDataFrame drops the
+    rows after an empty chunk, so arrow_frame combines the chunks first."""
+    table = pa.table({"x": pa.chunked_array([[1, 2], [], [3]], pa.int64())})
+    assert sorted(r["x"] for r in arrow_frame(spark, table).collect()) == [1, 2, 3]

@@ -354,7 +354,18 @@ def whole(spark, tmp_path_factory) -> World:
 def split(spark, tmp_path_factory) -> World:
     """The same records cut into five micro-batches, dimensions arriving late and in pieces, a U line ahead of
     its trade's I line."""
-    w = World(spark, tmp_path_factory.mktemp("t3-split"))
+    return split_world(World(spark, tmp_path_factory.mktemp("t3-split")))
+
+
+@pytest.fixture(scope="module")
+def split_in_spark(spark, tmp_path_factory) -> World:
+    """`split` with the candidate trades always selected by Spark (`candidate_records`), never in the driver."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trades, "DRIVER_CANDIDATES", 0)
+        return split_world(World(spark, tmp_path_factory.mktemp("t3-split-spark")))
+
+
+def split_world(w: World) -> World:
     w.stage(src.TRADE_HISTORY.staging, 1, 1, B1_HISTORY)  # history before Trade.txt
     w.dims(1, [ACCOUNT_100_ONLY_V1], [SYMA, SYMB_V1, SYMB_V2])
     w.run(1)
@@ -448,6 +459,13 @@ def test_held_trades_wait_for_their_trade_record_account_and_first_record(split)
 def test_split_over_micro_batches_gives_identical_tables(whole, split):
     assert split.table(wh.DIM_TRADE) == whole.table(wh.DIM_TRADE) == EXPECTED
     assert split.messages() == whole.messages() == EXPECTED_ALERTS
+
+
+def test_candidates_selected_in_spark_give_the_same_tables(split, split_in_spark):
+    assert split_in_spark.table(wh.DIM_TRADE) == EXPECTED
+    assert split_in_spark.messages() == EXPECTED_ALERTS
+    assert split_in_spark.holds_after_2 == split.holds_after_2
+    assert split_in_spark.holds_after_4 == split.holds_after_4
 
 
 def test_rerun_of_a_committed_micro_batch_changes_nothing(split):
@@ -557,3 +575,39 @@ def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark
             (4, trade_kind, 2),
         ]
     )
+
+
+def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(spark, tmp_path):
+    """`candidate_ids`/`candidate_frames` (delta-rs, for small micro-batches) keep the rows `candidate_records`
+    keeps: every record up to this micro-batch of the trades it can touch, never one of a skipped micro-batch."""
+    w = World(spark, tmp_path)
+    w.stage(
+        src.TRADE.staging,
+        1,
+        1,
+        [
+            trade(1, "2013-05-01 10:05:00", "CMPT", account=100),  # nothing touches it
+            trade(2, "2013-05-02 10:05:00", "CMPT", account=200),  # its account changed
+            trade(3, "2013-05-03 10:05:00", "PNDG", "TLB", symb="SYMB", account=300),  # held
+        ],
+    )
+    w.stage(src.TRADE_HISTORY.staging, 1, 1, [history(t, f"2013-05-0{t} 10:00:00", "SBMT") for t in (1, 2, 3)])
+    w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("U", 1, 2, "2014-01-02 09:00:00", "CMPT", account=200)])  # skipped
+    w.stage(src.TRADE_CDC.staging, 3, 2, [cdc("I", 2, 4, "2014-01-02 09:30:00", "SBMT")])  # this micro-batch
+    w.stage(src.TRADE_CDC.staging, 4, 2, [cdc("U", 3, 3, "2014-01-02 10:00:00", "CMPT", symb="SYMB")])  # later
+    scope = BatchScope(batch_id=3, source_batches=(2,), skipped=frozenset({2}))
+    staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
+    ids = trades.candidate_ids(
+        w.ctx, scope, staged, pa.array([3], pa.int64()), pa.array([200], pa.int64()), pa.array(["NONE"])
+    )
+    assert sorted(ids.to_pylist()) == [2, 3, 4]
+    got = trades.trade_records(*trades.candidate_frames(w.ctx, scope, staged, ids))
+    rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.collect())
+    history_kind, trade_kind = trades.HISTORY, trades.TRADE
+    assert rows == [
+        (2, history_kind, 1),
+        (2, trade_kind, 1),
+        (3, history_kind, 1),
+        (3, trade_kind, 1),
+        (4, trade_kind, 3),
+    ]
