@@ -19,6 +19,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -63,6 +65,28 @@ class BatchScope:
         if upto and self.skipped:
             cond = cond & ~F.col("batch_id").isin(*sorted(self.skipped))
         return df.where(cond)
+
+    def staged_where(
+        self, ctx: JobContext, table: Table, condition: pc.Expression, columns: list[str] | None = None
+    ) -> pa.Table:
+        """The rows `staged(upto=True)` keeps where `condition` holds, read with delta-rs (no Spark); `columns`
+        only when given. Empty when the table does not exist yet."""
+        if not ctx.lake.exists(table):
+            schema = table.arrow_schema()
+            return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
+        upto = pc.field("batch_id") <= self.batch_id
+        if self.skipped:
+            upto = upto & ~pc.field("batch_id").isin(pa.array(sorted(self.skipped), pa.int64()))
+        return ctx.lake.read_where(table, condition & upto, columns)
+
+    def staged_before(self, ctx: JobContext, tables: tuple[Table, ...]) -> bool:
+        """Whether a micro-batch before this one committed rows to any of the staging `tables` (commit log only)."""
+        return any(
+            c.txn_version is not None and c.txn_version < self.batch_id and c.operation != "CREATE TABLE"
+            for t in tables
+            if ctx.lake.exists(t)
+            for c in ctx.lake.recent_history(t, self.batch_id)
+        )
 
     def dates_frame(self, ctx: JobContext) -> DataFrame:
         """`source_batch int, batchdate date` for every TPC-DI batch whose date is known."""

@@ -402,14 +402,6 @@ TRADE_ID = {
 DRIVER_CANDIDATES = 100_000
 
 
-def _upto(scope: BatchScope) -> pc.Expression:
-    """The staged rows `BatchScope.staged(upto=True)` keeps, as a delta-rs filter."""
-    cond = pc.field("batch_id") <= scope.batch_id
-    if scope.skipped:
-        cond = cond & ~pc.field("batch_id").isin(pa.array(sorted(scope.skipped), pa.int64()))
-    return cond
-
-
 def candidate_ids(
     ctx: JobContext,
     scope: BatchScope,
@@ -422,29 +414,20 @@ def candidate_ids(
     micro-batch, the held ones (`held`), and those with a record naming a changed account or symbol."""
     parts = [held.cast(pa.int64())]
     for table in tables:
-        if not ctx.lake.exists(table):
-            continue
         cond = pc.field("batch_id") == scope.batch_id
         if changed_accounts is not None and "t_ca_id" in table.column_names:
             cond = cond | pc.field("t_ca_id").isin(changed_accounts.cast(pa.int64()))
         if changed_symbols is not None and "t_s_symb" in table.column_names:
             cond = cond | pc.field("t_s_symb").isin(changed_symbols.cast(pa.string()))
         column = TRADE_ID[table.name]
-        parts.append(ctx.lake.read_where(table, cond & _upto(scope), [column])[column].combine_chunks())
+        parts.append(scope.staged_where(ctx, table, cond, [column])[column].combine_chunks())
     return pc.unique(pa.concat_arrays(parts))
 
 
 def candidate_frames(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...], ids: pa.Array) -> list[DataFrame]:
     """Every staged record (up to this micro-batch) of the trades `ids`, per table, read with delta-rs and handed
     to Spark as Arrow: the same rows `candidate_records` keeps, without scanning every staged trade in Spark."""
-    frames = []
-    for table in tables:
-        if not ctx.lake.exists(table):
-            frames.append(ctx.lake.empty(table))
-            continue
-        data = ctx.lake.read_where(table, pc.field(TRADE_ID[table.name]).isin(ids) & _upto(scope))
-        frames.append(_spark_table(ctx, table, data))
-    return frames
+    return [_spark_table(ctx, t, scope.staged_where(ctx, t, pc.field(TRADE_ID[t.name]).isin(ids))) for t in tables]
 
 
 def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:
@@ -469,15 +452,6 @@ def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
         ):
             return True
     return False
-
-
-def _staged_before(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...]) -> bool:
-    """Whether a micro-batch before this one committed rows to any of the staging `tables` (commit log only)."""
-    return any(
-        c.txn_version is not None and c.txn_version < scope.batch_id and c.operation != "CREATE TABLE"
-        for t in tables
-        for c in _recent_history(ctx, scope, t)
-    )
 
 
 def _recent_history(ctx: JobContext, scope: BatchScope, table: Table):
@@ -539,7 +513,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     # record is a candidate). Few candidates: their records are read with delta-rs, so no Spark job scans every
     # staged trade; many: Spark selects them.
     ids = None
-    if _staged_before(ctx, scope, sources):
+    if scope.staged_before(ctx, sources):
         ids = candidate_ids(ctx, scope, sources, held_before["tradeid"].combine_chunks(), *changed_keys)
     if ids is not None and len(ids) <= DRIVER_CANDIDATES:
         records = trade_records(*candidate_frames(ctx, scope, sources, ids))

@@ -467,6 +467,31 @@ def test_any_split_into_micro_batches_in_any_order_gives_the_same_tables(loaded,
         assert table(split, t) == table(ctx, t), t.name
 
 
+def test_the_keys_to_rebuild_are_read_from_the_staged_records(loaded):
+    """`rebuilt_keys` (delta-rs): micro-batch 2 brings customers 2 and 4 (Customer.txt) and accounts 400, 200
+    and 600 (Account.txt; 200 and 600 are also customer 2's); had only batch 1 just been dated, every
+    CustomerMgmt action would be new and batch 2's lines would still wait for their date."""
+    ctx, _, _ = loaded
+    customers, accounts_ = accounts.rebuilt_keys(ctx, scope(2, [CUST, ACCT], {1: B1, 2: B2}, (2,)))
+    assert (sorted(customers.to_pylist()), sorted(accounts_.to_pylist())) == ([2, 4], [200, 400, 600])
+    customers, accounts_ = accounts.rebuilt_keys(ctx, scope(2, [CUST, ACCT], {1: B1}, (1,)))
+    assert (sorted(customers.to_pylist()), sorted(accounts_.to_pylist())) == ([1, 2, 3, 5], [100, 101, 200, 300, 500])
+
+
+def test_records_selected_in_spark_give_the_same_tables(loaded, spark, tmp_path_factory, monkeypatch):
+    """The scenario again with the records always selected by Spark, never pre-filtered in the driver."""
+    ctx, _, _ = loaded
+    monkeypatch.setattr(accounts, "DRIVER_KEYS", -1)
+    again = make_context(spark, tmp_path_factory.mktemp("t2-spark-selects"))
+    stage(again, 1, CUSTOMER_MGMT, ACTIONS)
+    accounts.run(again, scope(1, [XML, "Batch1/BatchDate.txt"], {1: B1}, (1,)))
+    stage(again, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
+    stage(again, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
+    accounts.run(again, scope(2, [CUST, ACCT, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,)))
+    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES):
+        assert table(again, t) == table(ctx, t), t.name
+
+
 # ----------------------------------------------------------------------------------------------- field rules
 def test_phone_number_format(spark):
     from pyspark.sql import functions as F
