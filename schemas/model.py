@@ -103,6 +103,10 @@ class Table:
     order_by: tuple[str, ...] = ()
     doc: str = ""
     pg_indexes: tuple[tuple[str, ...], ...] = field(default=())
+    # Target size of the Delta data files (`delta.targetFileSize`, set when the table is created), or None for
+    # one file per write. A MERGE rewrites only the files that hold a matched key, so a large table whose updates
+    # hit its latest keys (DimTrade: a trade is updated soon after it is created) is kept in small files.
+    file_bytes: int | None = None
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]

@@ -246,6 +246,7 @@ DIM_TRADE = Table(
     key=("tradeid",),
     order_by=("tradeid",),
     pg_indexes=(("sk_accountid",), ("sk_securityid",), ("sk_createdateid",)),
+    file_bytes=4 * 1024 * 1024,  # a micro-batch's MERGE rewrites the file of the latest trades, not the table
     doc="One row per trade; keys fixed at the trade's creation, close date/time from its status history.",
 )
 

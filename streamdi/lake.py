@@ -45,6 +45,7 @@ TABLE_PROPERTIES = {
     # Keep the log readable by every Delta engine: no deletion vectors, no column mapping.
     "delta.enableDeletionVectors": "false",
 }
+TARGET_FILE_SIZE = "delta.targetFileSize"  # honoured by delta-rs when it writes, merges and compacts
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
@@ -111,7 +112,7 @@ class Lake:
                 mode="ignore",
                 name=table.name,
                 description=table.doc or None,
-                configuration=TABLE_PROPERTIES,
+                configuration=table_properties(table),
             )
         log.info("created Delta table %s at %s", table.qualified_name, path)
 
@@ -464,7 +465,7 @@ class Lake:
             delta = self._delta_at(path)
             if _small_files(delta) < min_small_files:
                 return 0
-            metrics = delta.optimize.compact(target_size=COMPACT_TARGET_BYTES)
+            metrics = delta.optimize.compact(target_size=_target_file_bytes(delta) or COMPACT_TARGET_BYTES)
             fault_point("lake.after_compact")
             delta.update_incremental()
         log.info("compacted %s: %s small files into %s", name, metrics["numFilesRemoved"], metrics["numFilesAdded"])
@@ -502,13 +503,30 @@ def _first_commit_stamp(path: Path) -> tuple[int, int] | None:
     return info.st_ino, info.st_mtime_ns
 
 
+def table_properties(table: Table) -> dict[str, str]:
+    """The Delta table properties `ensure_table` creates `table` with."""
+    if table.file_bytes is None:
+        return dict(TABLE_PROPERTIES)
+    return {**TABLE_PROPERTIES, TARGET_FILE_SIZE: str(table.file_bytes)}
+
+
+def _target_file_bytes(delta: DeltaTable) -> int | None:
+    """The table's own data file size (`Table.file_bytes`, stored as a table property), if it has one."""
+    value = delta.metadata().configuration.get(TARGET_FILE_SIZE)
+    return int(value) if value else None
+
+
 def _small_files(delta: DeltaTable) -> int:
-    """Data files of the latest snapshot below the compaction target size."""
+    """Data files of the latest snapshot that compaction would merge: below the compaction target size, or, in a
+    table with its own file size, below half of it (its files are written at that size; two of them never fit in
+    one, and counting them would make every micro-batch try)."""
     actions = delta.get_add_actions(flatten=True)
     if actions.num_rows == 0:
         return 0
+    own = _target_file_bytes(delta)
+    limit = own // 2 if own else COMPACT_TARGET_BYTES
     # delta-rs returns arro3 arrays, which pyarrow.compute does not take; a table has few files, so count in Python
-    return sum(1 for size in actions.column("size_bytes").to_pylist() if size < COMPACT_TARGET_BYTES)
+    return sum(1 for size in actions.column("size_bytes").to_pylist() if size < limit)
 
 
 def _sorted(data: pa.Table, table: Table) -> pa.Table:

@@ -16,6 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
@@ -638,3 +639,25 @@ def test_a_table_that_cannot_be_compacted_is_logged_and_the_others_are_compacted
 
     assert "could not compact warehouse.broken" in caplog.text
     assert lake.read_arrow(table).to_pylist() == [row(1), row(2)]
+
+
+def test_a_table_with_its_own_file_size_is_written_in_files_of_that_size_and_merged_file_by_file(tmp_path):
+    """`Table.file_bytes` (DimTrade): the rows are spread over files of about that size, in key order, so a MERGE
+    of the latest keys rewrites one file, not the table; compaction leaves such files alone."""
+    lake = Lake(tmp_path)
+    base = lake_table("sized")
+    table = Table(base.name, base.layer, base.columns, key=base.key, order_by=base.order_by, file_bytes=64 * 1024)
+    rows = [row(i, name=f"trade {i * 7919 % 100003:06d}") for i in range(30_000)]
+    lake.append(table, arrow_rows(table, rows), app_id="T3/x", version=1)
+    before = set(DeltaTable(str(lake.path(table))).file_uris())
+    assert len(before) >= 5
+
+    lake.upsert(table, arrow_rows(table, [row(29_999, name="closed"), row(30_000)]), app_id="T3/x", version=2)
+    after = set(DeltaTable(str(lake.path(table))).file_uris())
+    assert len(before - after) == 1 and len(after - before) == 1  # one file rewritten, with the new key
+    assert lake.row_count(table) == 30_001
+    assert lake.read_where(table, pc.field("id") >= 29_999).sort_by("id").to_pylist() == [
+        row(29_999, name="closed"),
+        row(30_000),
+    ]
+    assert lake.compact(2) == {}
