@@ -79,7 +79,10 @@ micro-batch, skipped when already recorded, and made even when empty so that a r
 micro-batch returns at once. Spark work: the touched accounts' records, the customer versions and the account
 versions are materialized with `localCheckpoint` (this cuts the plans: planning and code generation of the
 shared parts, not the data, dominate at TPC-DI sizes), then one action collects all three tables' changes.
-A lost executor loses local checkpoints and fails the step, which is then rerun.
+A lost executor loses local checkpoints and fails the step, which is then rerun. Once earlier micro-batches
+staged records, and unless a reference file touches every key, only the records of the keys to rebuild are read
+(`rebuilt_keys` finds the keys with delta-rs; `_records` hands their records to Spark as Arrow): a small
+micro-batch then runs no Spark job over every staged action.
 """
 
 from __future__ import annotations

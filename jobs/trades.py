@@ -427,7 +427,15 @@ def candidate_ids(
 def candidate_frames(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...], ids: pa.Array) -> list[DataFrame]:
     """Every staged record (up to this micro-batch) of the trades `ids`, per table, read with delta-rs and handed
     to Spark as Arrow: the same rows `candidate_records` keeps, without scanning every staged trade in Spark."""
-    return [_spark_table(ctx, t, scope.staged_where(ctx, t, pc.field(TRADE_ID[t.name]).isin(ids))) for t in tables]
+    frames = []
+    for table in tables:
+        trade = pc.field(TRADE_ID[table.name])
+        # the id range lets the read skip the row groups of other trades by their statistics
+        wanted = trade.isin(ids)
+        if len(ids):
+            wanted = wanted & (trade >= pc.min(ids).as_py()) & (trade <= pc.max(ids).as_py())
+        frames.append(_spark_table(ctx, table, scope.staged_where(ctx, table, wanted)))
+    return frames
 
 
 def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -46,6 +46,11 @@ TABLE_PROPERTIES = {
     "delta.enableDeletionVectors": "false",
 }
 TARGET_FILE_SIZE = "delta.targetFileSize"  # honoured by delta-rs when it writes, merges and compacts
+# Row groups of at most this many rows, so that a read filtered on a sorted column (a trade id range: the records
+# of a micro-batch's trades) skips the others by their statistics; delta-rs writes one per million rows otherwise.
+# Compression must be named: delta-rs writes uncompressed files when given writer properties without it.
+ROW_GROUP_ROWS = 65_536
+WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY")
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
@@ -351,7 +356,7 @@ class Lake:
             if mode == "merge" and not delta.get_add_actions().num_rows:
                 # nothing to match or delete in an empty table: the MERGE would insert every row, which an
                 # append does at a fraction of the cost (the first load of every table)
-                write_deltalake(delta, data, mode="append", commit_properties=props)
+                write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
             elif mode == "merge":
                 read_version = delta.version()
                 self._merge(delta, table, data, props, doomed)
@@ -360,9 +365,9 @@ class Lake:
                     # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
                     # it; record the transaction in an empty commit so a replay is still skipped.
                     empty = data.slice(0, 0)
-                    write_deltalake(delta, empty, mode="append", commit_properties=props)
+                    write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
             else:
-                write_deltalake(delta, data, mode=mode, commit_properties=props)
+                write_deltalake(delta, data, mode=mode, commit_properties=props, writer_properties=WRITER)
             fault_point("lake.after_commit")
             delta.update_incremental()
             new_version = delta.version()
@@ -395,7 +400,14 @@ class Lake:
         on = " AND ".join(f"t.{k} = s.{k}" for k in table.key)
         values = [c for c in table.column_names if c not in table.key]
         if doomed is None:
-            merger = delta.merge(source=data, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+            merger = delta.merge(
+                source=data,
+                predicate=on,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=props,
+                writer_properties=WRITER,
+            )
             if values:
                 changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
                 merger = merger.when_matched_update_all(predicate=changed)
@@ -418,7 +430,14 @@ class Lake:
             schema=relaxed,
         ).append_column(flag, pa.array([True] * doomed.num_rows, pa.bool_()))
         source = pa.concat_tables([upserts, tombstones])
-        merger = delta.merge(source=source, predicate=on, source_alias="s", target_alias="t", commit_properties=props)
+        merger = delta.merge(
+            source=source,
+            predicate=on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=props,
+            writer_properties=WRITER,
+        )
         merger = merger.when_matched_delete(predicate=f"s.{flag}")
         if values:
             changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
@@ -465,7 +484,8 @@ class Lake:
             delta = self._delta_at(path)
             if _small_files(delta) < min_small_files:
                 return 0
-            metrics = delta.optimize.compact(target_size=_target_file_bytes(delta) or COMPACT_TARGET_BYTES)
+            target = _target_file_bytes(delta) or COMPACT_TARGET_BYTES
+            metrics = delta.optimize.compact(target_size=target, writer_properties=WRITER)
             fault_point("lake.after_compact")
             delta.update_incremental()
         log.info("compacted %s: %s small files into %s", name, metrics["numFilesRemoved"], metrics["numFilesAdded"])

@@ -661,3 +661,27 @@ def test_a_table_with_its_own_file_size_is_written_in_files_of_that_size_and_mer
         row(30_000),
     ]
     assert lake.compact(2) == {}
+
+
+def test_files_are_written_in_compressed_row_groups_of_bounded_size(tmp_path):
+    """Appends, MERGEs and compaction write row groups of at most `ROW_GROUP_ROWS` rows (a filtered read skips the
+    others by their statistics), Snappy-compressed (delta-rs writes uncompressed files when given writer
+    properties without a compression)."""
+    import pyarrow.parquet as pq
+
+    from streamdi.lake import ROW_GROUP_ROWS
+
+    lake = Lake(tmp_path)
+    table = lake_table("row_groups")
+    count = 2 * ROW_GROUP_ROWS + 10
+    lake.append(table, arrow_rows(table, [row(i) for i in range(count)]), app_id="stage/x", version=1)
+    lake.upsert(table, arrow_rows(table, [row(0, name="changed"), row(count)]), app_id="T0/x", version=2)
+    for batch in range(3, 6):
+        lake.append(table, arrow_rows(table, [row(count + batch)]), app_id="stage/x", version=batch)
+    lake.compact(3)
+    for uri in DeltaTable(str(lake.path(table))).file_uris():
+        meta = pq.ParquetFile(uri.removeprefix("file://")).metadata
+        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+        assert all(g.num_rows <= ROW_GROUP_ROWS for g in groups), uri
+        assert {g.column(c).compression for g in groups for c in range(g.num_columns)} == {"SNAPPY"}, uri
+    assert lake.row_count(table) == count + 4
