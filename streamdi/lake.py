@@ -394,20 +394,25 @@ class Lake:
         return keys.sort_by([(k, "ascending") for k in table.key])
 
     @staticmethod
+    def _merger(delta: DeltaTable, source: pa.Table, on: str, props: CommitProperties):
+        """A MERGE of `source` (alias `s`) into the table (alias `t`) on `on`, writing with `WRITER`."""
+        return delta.merge(
+            source=source,
+            predicate=on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=props,
+            writer_properties=WRITER,
+        )
+
+    @staticmethod
     def _merge(
         delta: DeltaTable, table: Table, data: pa.Table, props: CommitProperties, doomed: pa.Table | None = None
     ) -> None:
         on = " AND ".join(f"t.{k} = s.{k}" for k in table.key)
         values = [c for c in table.column_names if c not in table.key]
         if doomed is None:
-            merger = delta.merge(
-                source=data,
-                predicate=on,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=props,
-                writer_properties=WRITER,
-            )
+            merger = Lake._merger(delta, data, on, props)
             if values:
                 changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)
                 merger = merger.when_matched_update_all(predicate=changed)
@@ -430,14 +435,7 @@ class Lake:
             schema=relaxed,
         ).append_column(flag, pa.array([True] * doomed.num_rows, pa.bool_()))
         source = pa.concat_tables([upserts, tombstones])
-        merger = delta.merge(
-            source=source,
-            predicate=on,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=props,
-            writer_properties=WRITER,
-        )
+        merger = Lake._merger(delta, source, on, props)
         merger = merger.when_matched_delete(predicate=f"s.{flag}")
         if values:
             changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in values)

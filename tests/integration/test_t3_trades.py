@@ -540,24 +540,26 @@ def test_held_trade_is_rejected_after_the_limit_with_an_alert(spark, tmp_path):
     assert w.table(TRADE_HOLDS)[0]["state"] == "rejected"
 
 
-def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark, tmp_path):
+def three_batch1_trades(spark, tmp_path) -> World:
+    """Trades 1-3 with their history staged by micro-batch 1: 1 is touched by nothing, 2 is on account 200
+    (changed in the candidate tests), 3 is held."""
     w = World(spark, tmp_path)
     w.stage(
         src.TRADE.staging,
         1,
         1,
         [
-            trade(1, "2013-05-01 10:05:00", "CMPT", account=100),  # nothing touches it
-            trade(2, "2013-05-02 10:05:00", "CMPT", account=200),  # its account changed
-            trade(3, "2013-05-03 10:05:00", "PNDG", "TLB", symb="SYMB", account=300),  # held
+            trade(1, "2013-05-01 10:05:00", "CMPT", account=100),
+            trade(2, "2013-05-02 10:05:00", "CMPT", account=200),
+            trade(3, "2013-05-03 10:05:00", "PNDG", "TLB", symb="SYMB", account=300),
         ],
     )
-    w.stage(
-        src.TRADE_HISTORY.staging,
-        1,
-        1,
-        [history(t, f"2013-05-0{t} 10:00:00", "SBMT") for t in (1, 2, 3)],
-    )
+    w.stage(src.TRADE_HISTORY.staging, 1, 1, [history(t, f"2013-05-0{t} 10:00:00", "SBMT") for t in (1, 2, 3)])
+    return w
+
+
+def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark, tmp_path):
+    w = three_batch1_trades(spark, tmp_path)
     w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("I", 1, 4, "2014-01-02 09:30:00", "SBMT")])  # new in micro-batch 2
     staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
     records = trades.trade_records(*[w.ctx.lake.read(t) for t in staged])
@@ -580,18 +582,7 @@ def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark
 def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(spark, tmp_path):
     """`candidate_ids`/`candidate_frames` (delta-rs, for small micro-batches) keep the rows `candidate_records`
     keeps: every record up to this micro-batch of the trades it can touch, never one of a skipped micro-batch."""
-    w = World(spark, tmp_path)
-    w.stage(
-        src.TRADE.staging,
-        1,
-        1,
-        [
-            trade(1, "2013-05-01 10:05:00", "CMPT", account=100),  # nothing touches it
-            trade(2, "2013-05-02 10:05:00", "CMPT", account=200),  # its account changed
-            trade(3, "2013-05-03 10:05:00", "PNDG", "TLB", symb="SYMB", account=300),  # held
-        ],
-    )
-    w.stage(src.TRADE_HISTORY.staging, 1, 1, [history(t, f"2013-05-0{t} 10:00:00", "SBMT") for t in (1, 2, 3)])
+    w = three_batch1_trades(spark, tmp_path)
     w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("U", 1, 2, "2014-01-02 09:00:00", "CMPT", account=200)])  # skipped
     w.stage(src.TRADE_CDC.staging, 3, 2, [cdc("I", 2, 4, "2014-01-02 09:30:00", "SBMT")])  # this micro-batch
     w.stage(src.TRADE_CDC.staging, 4, 2, [cdc("U", 3, 3, "2014-01-02 10:00:00", "CMPT", symb="SYMB")])  # later
