@@ -106,7 +106,6 @@ from schemas import warehouse as wh
 from schemas.model import Table
 from schemas.staging import CUSTOMER_MGMT
 from streamdi.context import JobContext
-from streamdi.spark import arrow_frame
 
 log = logging.getLogger(__name__)
 
@@ -641,11 +640,7 @@ def _records(ctx: JobContext, scope: BatchScope, why: Triggers) -> tuple[DataFra
                 src.CUSTOMER.staging: pc.field("c_id").isin(customers),
                 src.ACCOUNT.staging: pc.field("ca_id").isin(accounts),
             }
-            frames = []
-            for table, condition in kept.items():
-                data = scope.staged_where(ctx, table, condition)
-                frames.append(arrow_frame(ctx.spark, data) if data.num_rows else ctx.lake.empty(table))
-            return frames[0], frames[1], frames[2]
+            return tuple(ctx.lake.to_frame(t, scope.staged_where(ctx, t, c)) for t, c in kept.items())
     return tuple(_staged(ctx, scope, t) for t in RECORD_TABLES)
 
 

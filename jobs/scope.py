@@ -79,13 +79,16 @@ class BatchScope:
             upto = upto & ~pc.field("batch_id").isin(pa.array(sorted(self.skipped), pa.int64()))
         return ctx.lake.read_where(table, condition & upto, columns)
 
+    def recent_history(self, ctx: JobContext, table: Table) -> list:
+        """`Lake.recent_history` of `table` for this micro-batch (its commits are among them); [] if no table."""
+        return ctx.lake.recent_history(table, self.batch_id) if ctx.lake.exists(table) else []
+
     def staged_before(self, ctx: JobContext, tables: tuple[Table, ...]) -> bool:
         """Whether a micro-batch before this one committed rows to any of the staging `tables` (commit log only)."""
         return any(
             c.txn_version is not None and c.txn_version < self.batch_id and c.operation != "CREATE TABLE"
             for t in tables
-            if ctx.lake.exists(t)
-            for c in ctx.lake.recent_history(t, self.batch_id)
+            for c in self.recent_history(ctx, t)
         )
 
     def dates_frame(self, ctx: JobContext) -> DataFrame:

@@ -434,7 +434,7 @@ def candidate_frames(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ..
         wanted = trade.isin(ids)
         if len(ids):
             wanted = wanted & (trade >= pc.min(ids).as_py()) & (trade <= pc.max(ids).as_py())
-        frames.append(_spark_table(ctx, table, scope.staged_where(ctx, table, wanted)))
+        frames.append(ctx.lake.to_frame(table, scope.staged_where(ctx, table, wanted)))
     return frames
 
 
@@ -456,14 +456,10 @@ def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
     for step, table in (("T2", wh.DIM_ACCOUNT), ("T1", wh.DIM_SECURITY)):
         if any(
             c.txn_version == scope.batch_id and c.app_id == scope.app_id(step, table)
-            for c in _recent_history(ctx, scope, table)
+            for c in scope.recent_history(ctx, table)
         ):
             return True
     return False
-
-
-def _recent_history(ctx: JobContext, scope: BatchScope, table: Table):
-    return ctx.lake.recent_history(table, scope.batch_id) if ctx.lake.exists(table) else []
 
 
 def _read_holds(ctx: JobContext) -> pa.Table:
@@ -477,7 +473,7 @@ def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str)
     change feed; None when nothing changed."""
     if not ctx.lake.exists(table):
         return None
-    versions = sorted(c.table_version for c in _recent_history(ctx, scope, table) if c.txn_version == scope.batch_id)
+    versions = sorted(c.table_version for c in scope.recent_history(ctx, table) if c.txn_version == scope.batch_id)
     if not versions:
         return None
     feed = ctx.lake.changes(table, versions[0], versions[-1])
@@ -488,12 +484,6 @@ def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str)
 
 def _key_frame(ctx: JobContext, keys: pa.Array | None, alias: str) -> DataFrame | None:
     return None if keys is None else arrow_frame(ctx.spark, pa.table({alias: keys}))
-
-
-def _spark_table(ctx: JobContext, table: Table, data: pa.Table) -> DataFrame:
-    if data.num_rows == 0:
-        return ctx.lake.empty(table)
-    return arrow_frame(ctx.spark, data)
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -508,7 +498,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     done = {t.name: scope.committed(ctx, STEP, t) for t in (wh.DIM_TRADE, wh.DI_MESSAGES)}
     limit = ctx.settings.trade_hold_batches
     holds = _read_holds(ctx)
-    holds_df = _spark_table(ctx, TRADE_HOLDS, holds)
+    holds_df = ctx.lake.to_frame(TRADE_HOLDS, holds)
     held_before = holds.filter(pc.equal(holds["state"], HELD))
 
     trade_types = _read(ctx, wh.TRADE_TYPE)

@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 
 from schemas.model import Table
 from streamdi.faults import fault_point
-from streamdi.spark import literal_frame
+from streamdi.spark import arrow_frame, literal_frame
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +232,10 @@ class Lake:
     def empty(self, table: Table) -> DataFrame:
         """An empty DataFrame with the table's columns (`literal_frame`: no Python workers)."""
         return literal_frame(self._spark(), [], table.spark_schema())
+
+    def to_frame(self, table: Table, data: pa.Table) -> DataFrame:
+        """Arrow rows of `table` as a Spark DataFrame (`streamdi.spark.arrow_frame`), or `empty` when there are none."""
+        return arrow_frame(self._spark(), data) if data.num_rows else self.empty(table)
 
     def read_or_empty(self, table: Table) -> DataFrame:
         """`read` of the latest snapshot, or `empty` when the table does not exist yet."""
