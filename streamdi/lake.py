@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 
 import pyarrow as pa
@@ -399,12 +401,18 @@ class Lake:
 
     @staticmethod
     def _merger(delta: DeltaTable, source: pa.Table, on: str, props: CommitProperties):
-        """A MERGE of `source` (alias `s`) into the table (alias `t`) on `on`, writing with `WRITER`."""
+        """A MERGE of `source` (alias `s`) into the table (alias `t`) on `on`, writing with `WRITER`.
+
+        The source is an Arrow table already in memory, so it is not streamed: delta-rs then derives a pruning
+        predicate from the source's keys and scans only the files that can match. Streamed (delta-rs's default)
+        it scans every file of the table (measured: T3's DimTrade MERGE at SF 12, 1,142 trades, one file of 22
+        rewritten either way: 0.41-0.76 s streamed, 0.07-0.12 s not)."""
         return delta.merge(
             source=source,
             predicate=on,
             source_alias="s",
             target_alias="t",
+            streamed_exec=False,
             commit_properties=props,
             writer_properties=WRITER,
         )
@@ -425,7 +433,9 @@ class Lake:
         # Upserts and deletes in one MERGE: the source carries a flag column; delete rows hold only the key.
         # delta-rs fails on a delete row that matches nothing, so only keys present in the table are kept.
         key = list(table.key)
-        present = delta.to_pyarrow_dataset().to_table(columns=key)
+        # only the files that can hold a doomed key are read (`_delete_keys` gives at least one): the keys' range
+        near = [(pc.field(k) >= pc.min(doomed[k]).as_py()) & (pc.field(k) <= pc.max(doomed[k]).as_py()) for k in key]
+        present = delta.to_pyarrow_dataset().to_table(columns=key, filter=reduce(operator.and_, near))
         doomed = doomed.join(present.cast(doomed.schema), key, join_type="inner").select(key)
         doomed = doomed.sort_by([(k, "ascending") for k in key])
         if doomed.num_rows == 0:

@@ -663,6 +663,35 @@ def test_a_table_with_its_own_file_size_is_written_in_files_of_that_size_and_mer
     assert lake.compact(2) == {}
 
 
+def test_a_merge_opens_only_the_files_that_can_hold_its_keys(tmp_path):
+    """An upsert (with or without deletes) reads only the data files whose key range meets the source's keys:
+    with the file of the first keys gone from disk, upserts and deletes of the latest keys still succeed. (Streamed,
+    delta-rs's MERGE scans every file of the table; a micro-batch then pays for the whole DimTrade.)"""
+    lake = Lake(tmp_path)
+    base = lake_table("pruned")
+    table = Table(base.name, base.layer, base.columns, key=base.key, order_by=base.order_by, file_bytes=64 * 1024)
+    lake.append(table, arrow_rows(table, [row(i) for i in range(30_000)]), app_id="T3/x", version=1)
+    files = pa.table(DeltaTable(str(lake.path(table))).get_add_actions(flatten=True)).to_pylist()
+    assert len(files) >= 5
+    first = next(f for f in files if f["min.id"] == 0)
+    (lake.path(table) / first["path"]).unlink()
+
+    lake.upsert(table, arrow_rows(table, [row(29_999, name="closed"), row(30_000)]), app_id="T3/x", version=2)
+    lake.upsert(
+        table,
+        arrow_rows(table, [row(30_001)]),
+        app_id="T3/x",
+        version=3,
+        deletes=pa.table({"id": pa.array([29_998, 40_000], pa.int64())}),
+    )
+    assert lake.read_where(table, pc.field("id") >= 29_997, ["id", "name"]).sort_by("id").to_pylist() == [
+        {"id": 29_997, "name": row(29_997)["name"]},
+        {"id": 29_999, "name": "closed"},
+        {"id": 30_000, "name": row(30_000)["name"]},
+        {"id": 30_001, "name": row(30_001)["name"]},
+    ]
+
+
 def test_files_are_written_in_compressed_row_groups_of_bounded_size(tmp_path):
     """Appends, MERGEs and compaction write row groups of at most `ROW_GROUP_ROWS` rows (a filtered read skips the
     others by their statistics), Snappy-compressed (delta-rs writes uncompressed files when given writer
