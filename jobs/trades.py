@@ -56,7 +56,8 @@ Spark work: one action collects the touched trades' rows and the alerts of this 
 Only the records of candidate trades are aggregated once earlier micro-batches staged trades: the candidates
 (trades with a record in this micro-batch, held ones, ones naming a changed account or symbol) and their
 records are read with delta-rs, filtered on the trade ids, and handed to Spark as Arrow (`candidate_ids`,
-`candidate_frames`), so a small micro-batch runs no Spark job over every staged trade. Above
+`candidate_tables`), with only the DimAccount and DimSecurity versions their records name
+(`versions_named`), so a small micro-batch runs no Spark job over every staged trade or a whole dimension. Above
 `DRIVER_CANDIDATES` candidate trades Spark selects them instead (`candidate_records`).
 """
 
@@ -398,7 +399,7 @@ TRADE_ID = {
     src.TRADE_CDC.staging.name: "t_id",
 }
 # Above this many candidate trades the records are selected in Spark (`candidate_records`) instead of read into
-# the driver (`candidate_frames`), e.g. when a reference change gives every account a new version.
+# the driver (`candidate_tables`), e.g. when a reference change gives every account a new version.
 DRIVER_CANDIDATES = 100_000
 
 
@@ -424,18 +425,29 @@ def candidate_ids(
     return pc.unique(pa.concat_arrays(parts))
 
 
-def candidate_frames(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...], ids: pa.Array) -> list[DataFrame]:
-    """Every staged record (up to this micro-batch) of the trades `ids`, per table, read with delta-rs and handed
-    to Spark as Arrow: the same rows `candidate_records` keeps, without scanning every staged trade in Spark."""
-    frames = []
+def candidate_tables(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...], ids: pa.Array) -> list[pa.Table]:
+    """Every staged record (up to this micro-batch) of the trades `ids`, per table, read with delta-rs: the same
+    rows `candidate_records` keeps, without scanning every staged trade in Spark."""
+    found = []
     for table in tables:
         trade = pc.field(TRADE_ID[table.name])
         # the id range lets the read skip the row groups of other trades by their statistics
         wanted = trade.isin(ids)
         if len(ids):
             wanted = wanted & (trade >= pc.min(ids).as_py()) & (trade <= pc.max(ids).as_py())
-        frames.append(ctx.lake.to_frame(table, scope.staged_where(ctx, table, wanted)))
-    return frames
+        found.append(scope.staged_where(ctx, table, wanted))
+    return found
+
+
+def versions_named(ctx: JobContext, dim: Table, key: str, records: list[pa.Table], column: str) -> DataFrame:
+    """The versions of `dim` (DimAccount, DimSecurity) whose natural key `key` some record names in `column`,
+    read with delta-rs: a trade's keys come from its latest Trade record, one of its records, so these are all
+    the versions `assign_trade_keys` can pick for the candidate trades (and Spark scans no whole dimension)."""
+    if not ctx.lake.exists(dim):
+        return ctx.lake.empty(dim)
+    named = [t[column] for t in records if column in t.column_names]
+    values = pc.unique(pa.chunked_array([c for col in named for c in col.chunks], named[0].type))
+    return ctx.lake.to_frame(dim, ctx.lake.read_where(dim, pc.field(key).isin(values)))
 
 
 def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:
@@ -514,16 +526,18 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if scope.staged_before(ctx, sources):
         ids = candidate_ids(ctx, scope, sources, held_before["tradeid"].combine_chunks(), *changed_keys)
     if ids is not None and len(ids) <= DRIVER_CANDIDATES:
-        records = trade_records(*candidate_frames(ctx, scope, sources, ids))
+        found = candidate_tables(ctx, scope, sources, ids)
+        records = trade_records(*[ctx.lake.to_frame(t, rows) for t, rows in zip(sources, found, strict=True)])
         candidates = records
+        securities = versions_named(ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
+        accounts = versions_named(ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
     else:
         records = trade_records(*[_read(ctx, t, scope=scope) for t in sources])
         held = holds_df.where(F.col("state") == HELD)
         candidates = records if ids is None else candidate_records(records, scope.batch_id, held, *changed)
+        securities, accounts = _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT)
     states = touched_trades(trade_states(candidates, trade_types), scope.batch_id, holds_df, *changed)
-    built = build_trades(
-        states, _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT), _read(ctx, wh.STATUS_TYPE), trade_types
-    )
+    built = build_trades(states, securities, accounts, _read(ctx, wh.STATUS_TYPE), trade_types)
     # one Spark action for the trades and the alerts of this micro-batch's records
     got = collect_parts({"trades": built, "alerts": trade_alerts(records.where(F.col("batch_id") == scope.batch_id))})
     trades_built = got["trades"]

@@ -580,7 +580,7 @@ def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark
 
 
 def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(spark, tmp_path):
-    """`candidate_ids`/`candidate_frames` (delta-rs, for small micro-batches) keep the rows `candidate_records`
+    """`candidate_ids`/`candidate_tables` (delta-rs, for small micro-batches) keep the rows `candidate_records`
     keeps: every record up to this micro-batch of the trades it can touch, never one of a skipped micro-batch."""
     w = three_batch1_trades(spark, tmp_path)
     w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("U", 1, 2, "2014-01-02 09:00:00", "CMPT", account=200)])  # skipped
@@ -592,7 +592,8 @@ def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(s
         w.ctx, scope, staged, pa.array([3], pa.int64()), pa.array([200], pa.int64()), pa.array(["NONE"])
     )
     assert sorted(ids.to_pylist()) == [2, 3, 4]
-    got = trades.trade_records(*trades.candidate_frames(w.ctx, scope, staged, ids))
+    found = trades.candidate_tables(w.ctx, scope, staged, ids)
+    got = trades.trade_records(*[w.ctx.lake.to_frame(t, rows) for t, rows in zip(staged, found, strict=True)])
     rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.collect())
     history_kind, trade_kind = trades.HISTORY, trades.TRADE
     assert rows == [
@@ -602,3 +603,33 @@ def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(s
         (3, trade_kind, 1),
         (4, trade_kind, 3),
     ]
+
+
+def test_driver_side_dimension_versions_are_all_versions_of_the_keys_the_records_name(spark, tmp_path):
+    """`versions_named` gives every DimAccount/DimSecurity version (all of them, not just current ones) of the
+    accounts and symbols the candidate records name, and none of the others."""
+    w = three_batch1_trades(spark, tmp_path)
+    w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("I", 1, 4, "2014-01-02 09:30:00", "SBMT", symb="SYMB", account=400)])
+    w.dims(
+        1,
+        [
+            account(100, 1001, 801, 701, dt.date(2013, 1, 1), dt.date(2013, 6, 1)),
+            account(100, 1002, 801, 701, dt.date(2013, 6, 1)),
+            account(400, 4001, 804, 701, dt.date(2013, 1, 1)),
+            account(500, 5001, 805, 701, dt.date(2013, 1, 1)),
+        ],
+        [
+            security("SYMB", 21, 31, dt.date(2013, 1, 1), dt.date(2013, 7, 1)),
+            security("SYMC", 23, 33, dt.date(2013, 1, 1)),
+        ],
+    )
+    scope = BatchScope(batch_id=2, source_batches=(2,))
+    staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
+    found = trades.candidate_tables(w.ctx, scope, staged, pa.array([1, 4], pa.int64()))
+    accounts = trades.versions_named(w.ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
+    securities = trades.versions_named(w.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
+    assert sorted(r["sk_accountid"] for r in accounts.collect()) == [1001, 1002, 4001]  # trade 1: 100, trade 4: 400
+    assert sorted(r["sk_securityid"] for r in securities.collect()) == [21]  # SYMA has no version, SYMB one
+    # a dimension not created yet (no T1 commit so far) gives no versions
+    w2 = three_batch1_trades(spark, tmp_path / "fresh")
+    assert trades.versions_named(w2.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb").count() == 0
