@@ -194,9 +194,22 @@ class Lake:
         """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
         Spark), in the declared column types and no particular order; only `columns` when given."""
         names = list(columns) if columns is not None else table.column_names
-        data = self._delta(table).to_pyarrow_dataset().to_table(columns=names, filter=condition)
+        return self._scan(self._delta(table), table, names, condition)
+
+    @staticmethod
+    def _scan(delta: DeltaTable, table: Table, columns: list[str], condition: pc.Expression) -> pa.Table:
+        """`columns` (in the declared types) of the rows of `delta` where `condition` holds. The condition goes
+        into the scan, which skips files and row groups by their statistics. delta-rs's MERGE writes string
+        columns as `string_view`, which a pyarrow scan cannot compare with a string: in a table with such files,
+        the rows are read whole and filtered after the read."""
         schema = table.arrow_schema()
-        return data.select(names).cast(pa.schema([schema.field(n) for n in names]))
+        wanted = pa.schema([schema.field(n) for n in columns])
+        dataset = delta.to_pyarrow_dataset()
+        try:
+            return dataset.to_table(columns=columns, filter=condition).select(columns).cast(wanted)
+        except pa.ArrowNotImplementedError:
+            rows = dataset.to_table(columns=table.column_names).cast(schema)  # the condition may name any column
+            return rows.filter(condition).select(columns)
 
     def committed_version(self, table: Table, app_id: str) -> int | None:
         """Last transaction version recorded for `app_id` on `table` (None if never)."""
@@ -435,8 +448,8 @@ class Lake:
         key = list(table.key)
         # only the files that can hold a doomed key are read (`_delete_keys` gives at least one): the keys' range
         near = [(pc.field(k) >= pc.min(doomed[k]).as_py()) & (pc.field(k) <= pc.max(doomed[k]).as_py()) for k in key]
-        present = delta.to_pyarrow_dataset().to_table(columns=key, filter=reduce(operator.and_, near))
-        doomed = doomed.join(present.cast(doomed.schema), key, join_type="inner").select(key)
+        present = Lake._scan(delta, table, key, reduce(operator.and_, near))
+        doomed = doomed.join(present, key, join_type="inner").select(key)
         doomed = doomed.sort_by([(k, "ascending") for k in key])
         if doomed.num_rows == 0:
             Lake._merge(delta, table, data, props, None)
