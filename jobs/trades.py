@@ -79,6 +79,7 @@ from schemas import warehouse as wh
 from schemas.holds import HELD, REJECTED, TRADE_HOLDS
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.lake import within_range
 from streamdi.spark import arrow_frame
 
 log = logging.getLogger(__name__)
@@ -430,11 +431,10 @@ def candidate_tables(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ..
     rows `candidate_records` keeps, without scanning every staged trade in Spark."""
     found = []
     for table in tables:
-        trade = pc.field(TRADE_ID[table.name])
-        # the id range lets the read skip the row groups of other trades by their statistics
-        wanted = trade.isin(ids)
-        if len(ids):
-            wanted = wanted & (trade >= pc.min(ids).as_py()) & (trade <= pc.max(ids).as_py())
+        column = TRADE_ID[table.name]
+        wanted = pc.field(column).isin(ids)
+        if len(ids):  # the id range lets the read skip the row groups of other trades
+            wanted = wanted & within_range(column, ids)
         found.append(scope.staged_where(ctx, table, wanted))
     return found
 

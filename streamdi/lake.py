@@ -446,9 +446,9 @@ class Lake:
         # Upserts and deletes in one MERGE: the source carries a flag column; delete rows hold only the key.
         # delta-rs fails on a delete row that matches nothing, so only keys present in the table are kept.
         key = list(table.key)
-        # only the files that can hold a doomed key are read (`_delete_keys` gives at least one): the keys' range
-        near = [(pc.field(k) >= pc.min(doomed[k]).as_py()) & (pc.field(k) <= pc.max(doomed[k]).as_py()) for k in key]
-        present = Lake._scan(delta, table, key, reduce(operator.and_, near))
+        # only the files that can hold a doomed key are read (`_delete_keys` gives at least one)
+        near = reduce(operator.and_, [within_range(k, doomed[k]) for k in key])
+        present = Lake._scan(delta, table, key, near)
         doomed = doomed.join(present, key, join_type="inner").select(key)
         doomed = doomed.sort_by([(k, "ascending") for k in key])
         if doomed.num_rows == 0:
@@ -546,6 +546,13 @@ def _first_commit_stamp(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return info.st_ino, info.st_mtime_ns
+
+
+def within_range(column: str, values: pa.Array | pa.ChunkedArray) -> pc.Expression:
+    """A filter for rows whose `column` lies between the least and the greatest of `values` (not empty): a scan
+    skips the files and row groups outside that range by their statistics, which an `isin` alone does not."""
+    low, high = pc.min_max(values).values()
+    return (pc.field(column) >= low.as_py()) & (pc.field(column) <= high.as_py())
 
 
 def table_properties(table: Table) -> dict[str, str]:
