@@ -44,16 +44,29 @@ class BatchScope:
         """True when the micro-batch has a file of one of these sources (a step with nothing new can skip)."""
         return any(n in self.sources for n in names)
 
-    def app_id(self, step: str, table: Table) -> str:
-        """The app transaction id of `step`'s commit to `table` (ARCHITECTURE.md: `step/table`)."""
-        return f"{step}/{table.name}"
+    def app_id(self, step: str, table: Table, part: str | None = None) -> str:
+        """The app transaction id of `step`'s commit to `table` (ARCHITECTURE.md: `step/table`); `part` names one of
+        several commits of a step to the same table (`T3/dimessages/factholdings`: the alerts of FactHoldings)."""
+        return f"{step}/{table.name}" if part is None else f"{step}/{table.name}/{part}"
 
-    def committed(self, ctx: JobContext, step: str, table: Table) -> bool:
-        """True when `step` already committed `table` for this micro-batch (a rerun skips the work)."""
+    def committed(self, ctx: JobContext, step: str, table: Table, part: str | None = None) -> bool:
+        """True when `step` already committed `table` (`part`) for this micro-batch (a rerun skips the work)."""
         if not ctx.lake.exists(table):
             return False
-        done = ctx.lake.committed_version(table, self.app_id(step, table))
+        done = ctx.lake.committed_version(table, self.app_id(step, table, part))
         return done is not None and done >= self.batch_id
+
+    def changed(self, ctx: JobContext, table: Table, columns: list[str]) -> pa.Table | None:
+        """`columns` of every row this micro-batch's commits inserted, updated (before and after images) or deleted
+        in `table`, read from its change data feed; None when none of its commits is this micro-batch's."""
+        if not ctx.lake.exists(table):
+            return None
+        versions = sorted(c.table_version for c in self.recent_history(ctx, table) if c.txn_version == self.batch_id)
+        if not versions:
+            return None
+        feed = ctx.lake.changes(table, versions[0], versions[-1])
+        mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
+        return mine.select(columns)
 
     def staged(self, ctx: JobContext, table: Table, *, upto: bool = False) -> DataFrame | None:
         """This micro-batch's rows of a staging table (every micro-batch up to it with `upto`, except the skipped

@@ -39,12 +39,17 @@ everything at once whatever the split.
 Held trades (`schemas.holds.TRADE_HOLDS`): a touched trade that cannot be built -- no DimAccount/DimSecurity
 version on its creation day, no creation record yet (an incremental U line ahead of its I line), no Trade
 record yet (TradeHistory ahead of Trade.txt), unknown status/type code -- is not written (and is removed from
-DimTrade if it was there) but held, with `first_batch` = this micro-batch and the reason. It is retried in every
-later micro-batch; when it resolves its hold row is deleted. When it is still unresolved `trade_hold_batches`
-micro-batches after `first_batch` it is rejected: the hold row turns `rejected` and an Alert "Trade rejected"
-gives the reason (with a limit of 0 a trade is rejected in the micro-batch that first holds it). Decision (spec
-silent): rejection is final -- a rejected trade is not retried, even if the missing part arrives later, so a
-published rejection is never silently undone; the trade stays in the holds table with its reason.
+DimTrade if it was there) but held, with `first_batch` = this micro-batch, its TPC-DI batch (`source_batch`, the
+batch of its latest record) and the reason. It is retried in every later micro-batch of its TPC-DI batch; when it
+resolves its hold row is deleted. A hold expires with its TPC-DI batch: the first micro-batch of a later TPC-DI
+batch rejects every trade still held from an earlier one, before anything of the new batch is applied -- the
+hold row turns `rejected` and an Alert "Trade rejected" gives the reason -- and a trade that becomes unresolvable
+after its batch ended (say, a later batch recomputes its account) is rejected at once. The expiry is a property
+of the data: a whole batch and the same batch cut into any number of micro-batches reject the same trades (a
+count of micro-batches, as this step once used, made a fine drip reject trades that a whole load kept). The
+last TPC-DI batch loaded has no later one, so its unresolved trades stay held. Decision (spec silent): rejection
+is final -- a rejected trade is not retried, even if the missing part arrives later, so a published rejection is
+never silently undone; the trade stays in the holds table with its reason.
 
 Commits (app transactions `T3/<table>`, version = micro-batch, each skipped when already recorded): DimTrade,
 then DImessages, then the holds table -- always, even when empty. The holds are an input of the recomputation,
@@ -313,7 +318,7 @@ def trade_alerts(records: DataFrame) -> DataFrame:
     return commission.unionByName(fee)
 
 
-def rejection_alerts(rejected: pa.Table, limit: int) -> pa.Table:
+def rejection_alerts(rejected: pa.Table) -> pa.Table:
     """One "Trade rejected" Alert per rejected hold row (`tradeid`, `source_batch`, `reason`), in the columns of
     `alerts`."""
     rows = rejected.to_pylist()
@@ -324,7 +329,8 @@ def rejection_alerts(rejected: pa.Table, limit: int) -> pa.Table:
             "messagetext": [REJECT_TEXT] * len(rows),
             "messagetype": [ALERT] * len(rows),
             "messagedata": [
-                f"T_ID = {r['tradeid']}, still unresolved after {limit} micro-batches: {r['reason']}" for r in rows
+                f"T_ID = {r['tradeid']}, still unresolved at the end of TPC-DI batch {r['source_batch']}: {r['reason']}"
+                for r in rows
             ],
             "messagekey": [f"rejected T_ID={r['tradeid']}" for r in rows],
         },
@@ -332,23 +338,34 @@ def rejection_alerts(rejected: pa.Table, limit: int) -> pa.Table:
 
 
 # ------------------------------------------------------------------------------------------------ holds
-def next_holds(unresolved: pa.Table, held_before: pa.Table, batch_id: int, limit: int) -> pa.Table:
+def expired_holds(holds: pa.Table, current_batch: int | None) -> pa.Table:
+    """The `held` rows of `holds` whose TPC-DI batch ended before `current_batch` (the TPC-DI batch being
+    transformed), turned `rejected`; none when `current_batch` is None."""
+    held = holds.filter(pc.equal(holds["state"], HELD))
+    if current_batch is None or held.num_rows == 0:
+        return held.slice(0, 0)
+    ended = held.filter(pc.less(held["source_batch"], current_batch))
+    state = pa.array([REJECTED] * ended.num_rows, holds.schema.field("state").type)
+    return ended.set_column(ended.schema.get_field_index("state"), "state", state).cast(TRADE_HOLDS.arrow_schema())
+
+
+def next_holds(unresolved: pa.Table, held_before: pa.Table, batch_id: int, current_batch: int | None) -> pa.Table:
     """The hold rows of the trades that are still unresolved in micro-batch `batch_id`.
 
     `unresolved` has `tradeid`, `source_batch`, `reason`; `held_before` the hold rows in state `held` before
-    this micro-batch. A trade keeps the `first_batch` of its hold (this micro-batch when new) and is rejected
-    once `batch_id - first_batch >= limit`.
-    """
+    this micro-batch. A trade keeps the `first_batch` of its hold (this micro-batch when new); it is rejected when
+    its TPC-DI batch (`source_batch`) ended before `current_batch`, the TPC-DI batch being transformed."""
     first = dict(zip(held_before["tradeid"].to_pylist(), held_before["first_batch"].to_pylist(), strict=True))
     trade_ids = unresolved["tradeid"].to_pylist()
     first_batch = [first.get(t, batch_id) for t in trade_ids]
+    ended = [current_batch is not None and b < current_batch for b in unresolved["source_batch"].to_pylist()]
     return pa.table(
         {
             "tradeid": pa.array(trade_ids, pa.int64()),
             "first_batch": pa.array(first_batch, pa.int64()),
             "source_batch": unresolved["source_batch"],
             "reason": unresolved["reason"],
-            "state": [REJECTED if batch_id - f >= limit else HELD for f in first_batch],
+            "state": [REJECTED if e else HELD for e in ended],
         }
     ).cast(TRADE_HOLDS.arrow_schema())
 
@@ -477,20 +494,16 @@ def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
 def _read_holds(ctx: JobContext) -> pa.Table:
     if not ctx.lake.exists(TRADE_HOLDS):
         return TRADE_HOLDS.arrow_schema().empty_table()
-    return ctx.lake.read_arrow(TRADE_HOLDS)
+    return ctx.lake.read_arrow(TRADE_HOLDS).cast(TRADE_HOLDS.arrow_schema())
 
 
 def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str) -> pa.Array | None:
     """Distinct `column` values of the rows this micro-batch's commits changed in `table`, from the table's
     change feed; None when nothing changed."""
-    if not ctx.lake.exists(table):
+    rows = scope.changed(ctx, table, [column])
+    if rows is None:
         return None
-    versions = sorted(c.table_version for c in scope.recent_history(ctx, table) if c.txn_version == scope.batch_id)
-    if not versions:
-        return None
-    feed = ctx.lake.changes(table, versions[0], versions[-1])
-    mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
-    keys = pc.unique(mine[column].combine_chunks())
+    keys = pc.unique(rows[column].combine_chunks())
     return keys if len(keys) else None
 
 
@@ -508,8 +521,13 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if not _anything_to_do(ctx, scope):
         return {}
     done = {t.name: scope.committed(ctx, STEP, t) for t in (wh.DIM_TRADE, wh.DI_MESSAGES)}
-    limit = ctx.settings.trade_hold_batches
+    current = max(scope.source_batches) if scope.source_batches else None
     holds = _read_holds(ctx)
+    # holds of TPC-DI batches that have ended are rejected before anything of this batch is looked at
+    expired = expired_holds(holds, current)
+    if expired.num_rows:
+        gone = pc.is_in(holds["tradeid"], value_set=expired["tradeid"])
+        holds = pa.concat_tables([holds.filter(pc.invert(gone)), expired])
     holds_df = ctx.lake.to_frame(TRADE_HOLDS, holds)
     held_before = holds.filter(pc.equal(holds["state"], HELD))
 
@@ -547,7 +565,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         .select(["tradeid", "_source_batch", "_reason"])
         .rename_columns(["tradeid", "source_batch", "reason"])
     )
-    new_holds = next_holds(unresolved, held_before, scope.batch_id, limit)
+    new_holds = next_holds(unresolved, held_before, scope.batch_id, current)
     rows: dict[str, int] = {}
     if not done[wh.DIM_TRADE.name]:
         resolved = ctx.lake.to_arrow(wh.DIM_TRADE, trades_built.filter(complete))
@@ -559,9 +577,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         rows[wh.DIM_TRADE.name] = resolved.num_rows
 
     messages = got["alerts"].select(ALERT_COLUMNS.names).cast(ALERT_COLUMNS)
-    newly_rejected = new_holds.filter(pc.equal(new_holds["state"], REJECTED))
+    newly_rejected = pa.concat_tables([expired, new_holds.filter(pc.equal(new_holds["state"], REJECTED))])
     if newly_rejected.num_rows:
-        messages = pa.concat_tables([messages, rejection_alerts(newly_rejected, limit)])
+        messages = pa.concat_tables([messages, rejection_alerts(newly_rejected)])
     rows[wh.DI_MESSAGES.name] = commit_messages(ctx, scope, STEP, messages)
 
     still = set(new_holds["tradeid"].to_pylist())
@@ -569,7 +587,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     # committed even when empty: the holds commit is T3's last, so its app transaction marks T3 done
     ctx.lake.upsert(
         TRADE_HOLDS,
-        new_holds,
+        pa.concat_tables([new_holds, expired]),
         app_id=scope.app_id(STEP, TRADE_HOLDS),
         version=scope.batch_id,
         deletes=pa.table({"tradeid": pa.array(released, pa.int64())}),

@@ -76,11 +76,6 @@ class Settings(BaseSettings):
         description="Compact a Delta table once it holds this many small data files (0: never). Every micro-batch "
         "adds a file to each table it writes; compaction keeps reads from slowing down as they pile up.",
     )
-    trade_hold_batches: int = Field(
-        default=20,
-        ge=0,
-        description="Micro-batches a trade waits for its account or security to arrive before it is rejected.",
-    )
 
     @cached_property
     def lake_root(self) -> Path:
@@ -113,7 +108,6 @@ class Settings(BaseSettings):
             "STREAMDI_JVM_CLASS_ARCHIVE": str(self.jvm_class_archive).lower(),
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
-            "STREAMDI_TRADE_HOLD_BATCHES": str(self.trade_hold_batches),
             "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
             "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",
             "STREAMDI_READER_PASSWORD": secret if self.reader_password else "(unset)",

@@ -149,11 +149,12 @@ def dim_trade(tradeid, create, close, status, type_, keys, batchid=1, qty=100, b
 class World:
     """A lake plus the calls that stage rows, commit dimension rows and run T3, one micro-batch at a time."""
 
-    def __init__(self, spark, root, hold_batches: int = 20) -> None:
-        settings = Settings(home=root, spark_master="local[2]", trade_hold_batches=hold_batches)
+    def __init__(self, spark, root) -> None:
+        settings = Settings(home=root, spark_master="local[2]")
         self.ctx = JobContext(settings, spark=spark, lake=Lake(root / "lake", spark))
         self.lines: dict[str, int] = {}
         self.sources: dict[int, set[str]] = {}  # micro-batch -> sources staged in it (as the batch log would say)
+        self.batches: dict[int, set[int]] = {}  # micro-batch -> TPC-DI batches staged in it
         lake = self.ctx.lake
         lake.upsert(wh.STATUS_TYPE, self._arrow(wh.STATUS_TYPE, STATUS_TYPES), app_id="T0/statustype", version=1)
         lake.upsert(wh.TRADE_TYPE, self._arrow(wh.TRADE_TYPE, TRADE_TYPES), app_id="T0/tradetype", version=1)
@@ -167,6 +168,7 @@ class World:
     def stage(self, table: Table, micro_batch: int, source_batch: int, rows: list[dict]) -> None:
         """Append staged rows with lineage (file `Batch<k>/<table>.txt`, line numbers continuing per file)."""
         file = f"Batch{source_batch}/{table.name}.txt"
+        self.batches.setdefault(micro_batch, set()).add(source_batch)
         self.sources.setdefault(micro_batch, set()).update(
             s.name for s in src.ALL_SOURCES if s.staging.name == table.name
         )
@@ -186,9 +188,13 @@ class World:
             self.ctx.lake.upsert(wh.DIM_SECURITY, data, app_id="T1/dimsecurity", version=micro_batch)
 
     def run(self, micro_batch: int) -> dict[str, int]:
+        """T3 of `micro_batch`, whose TPC-DI batches are those it staged (none: the latest staged before it)."""
+        staged = self.batches.get(micro_batch) or {
+            max((b for m, bs in self.batches.items() if m < micro_batch for b in bs), default=1)
+        }
         scope = BatchScope(
             batch_id=micro_batch,
-            source_batches=(1, 2, 3),
+            source_batches=tuple(sorted(staged)),
             batch_dates=BATCH_DATES,
             sources=frozenset(self.sources.get(micro_batch, ())),
         )
@@ -479,18 +485,10 @@ def test_rerun_of_a_committed_micro_batch_changes_nothing(split):
 def test_held_trades_are_resolved_when_their_account_or_creation_record_arrives(spark, tmp_path):
     w = World(spark, tmp_path)
     w.dims(1, [ACCOUNT_200], [SYMA])
-    w.stage(src.TRADE_CDC.staging, 1, 2, [cdc("I", 1, 7, "2014-01-02 11:00:00", "SBMT", account=300)])
     # 8: a limit order whose SBMT arrives before its PNDG -- SBMT does not create a limit order
     w.stage(src.TRADE_HISTORY.staging, 1, 1, [history(8, "2013-08-16 10:00:00", "SBMT")])
     w.stage(src.TRADE.staging, 1, 1, [trade(8, "2013-08-16 10:00:00", "SBMT", "TLB", "SYMA", 200)])
-    assert w.run(1) == {"dimtrade": 0, "dimessages": 0, "trade_holds": 2}
-    account_300 = {
-        "tradeid": 7,
-        "first_batch": 1,
-        "source_batch": 2,
-        "state": "held",
-        "reason": "account 300 has no DimAccount version on 2014-01-02",
-    }
+    assert w.run(1) == {"dimtrade": 0, "dimessages": 0, "trade_holds": 1}
     no_pndg = {
         "tradeid": 8,
         "first_batch": 1,
@@ -498,17 +496,30 @@ def test_held_trades_are_resolved_when_their_account_or_creation_record_arrives(
         "state": "held",
         "reason": "no creation record (PNDG, SBMT or I) yet",
     }
-    assert w.table(TRADE_HOLDS) == [account_300, no_pndg]
+    assert w.table(TRADE_HOLDS) == [no_pndg]
 
     w.stage(src.TRADE_HISTORY.staging, 2, 1, [history(8, "2013-08-15 09:00:00", "PNDG")])
-    w.run(2)  # 8 resolves; 7 is still held with the same first_batch
-    assert w.table(TRADE_HOLDS) == [account_300]
+    w.run(2)  # 8 resolves
+    assert w.table(TRADE_HOLDS) == []
     assert w.table(wh.DIM_TRADE) == [
         dim_trade(8, (20130815, 90000), None, "Submitted", "Limit Buy", K200_SYMA),
     ]
 
-    w.dims(3, [account(300, 3001, 801, 703, dt.date(2014, 1, 2))])
+    w.stage(src.TRADE_CDC.staging, 3, 2, [cdc("I", 1, 7, "2014-01-02 11:00:00", "SBMT", account=300)])
     w.run(3)
+    account_300 = {
+        "tradeid": 7,
+        "first_batch": 3,
+        "source_batch": 2,
+        "state": "held",
+        "reason": "account 300 has no DimAccount version on 2014-01-02",
+    }
+    assert w.table(TRADE_HOLDS) == [account_300]
+    w.run(4)  # nothing new: 7 is still held with the same first_batch
+    assert w.table(TRADE_HOLDS) == [account_300]
+
+    w.dims(5, [account(300, 3001, 801, 703, dt.date(2014, 1, 2))])
+    w.run(5)
     assert w.table(wh.DIM_TRADE) == [
         dim_trade(7, (20140102, 110000), None, "Submitted", "Market Buy", (3001, 801, 703, 11, 21), batchid=2),
         dim_trade(8, (20130815, 90000), None, "Submitted", "Limit Buy", K200_SYMA),
@@ -517,27 +528,40 @@ def test_held_trades_are_resolved_when_their_account_or_creation_record_arrives(
     assert w.messages() == []
 
 
-def test_held_trade_is_rejected_after_the_limit_with_an_alert(spark, tmp_path):
-    w = World(spark, tmp_path, hold_batches=2)
+def test_a_held_trade_waits_as_long_as_its_batch_lasts_and_is_rejected_when_the_next_starts(spark, tmp_path):
+    w = World(spark, tmp_path)
     w.dims(1, [ACCOUNT_200], [SYMA])
     w.stage(src.TRADE_CDC.staging, 1, 2, [cdc("I", 1, 9, "2014-01-02 11:00:00", "SBMT", account=999)])
     w.run(1)
-    w.run(2)
+    for micro_batch in range(2, 26):  # more micro-batches of TPC-DI batch 2 than the old limit of 20
+        w.stage(
+            src.TRADE_CDC.staging,
+            micro_batch,
+            2,
+            [cdc("I", micro_batch, 100 + micro_batch, "2014-01-02 12:00:00", "SBMT", account=200)],
+        )
+        w.run(micro_batch)
     assert w.table(TRADE_HOLDS)[0]["state"] == "held"
     assert w.messages() == []
-    w.run(3)  # two micro-batches after it was first held
+    # the first micro-batch of TPC-DI batch 3 rejects it, before its own records are looked at: the account
+    # arriving with it does not save the trade (a whole Batch3 would not either)
+    w.stage(src.TRADE_CDC.staging, 26, 3, [cdc("I", 26, 300, "2014-01-03 10:00:00", "SBMT", account=200)])
+    w.dims(26, [account(999, 9991, 901, 709, dt.date(2014, 1, 1))])
+    w.run(26)
     reason = "account 999 has no DimAccount version on 2014-01-02"
     assert w.table(TRADE_HOLDS) == [
         {"tradeid": 9, "first_batch": 1, "source_batch": 2, "state": "rejected", "reason": reason}
     ]
     assert w.messages() == [
-        alert(2, "Trade rejected", f"T_ID = 9, still unresolved after 2 micro-batches: {reason}", "rejected T_ID=9")
+        alert(
+            2, "Trade rejected", f"T_ID = 9, still unresolved at the end of TPC-DI batch 2: {reason}", "rejected T_ID=9"
+        )
     ]
-    # rejection is final: the account arriving later does not bring the trade in
-    w.dims(4, [account(999, 9991, 901, 709, dt.date(2014, 1, 1))])
-    w.run(4)
-    assert w.table(wh.DIM_TRADE) == []
+    assert 9 not in {r["tradeid"] for r in w.table(wh.DIM_TRADE)}
+    # rejection is final
+    w.run(27)
     assert w.table(TRADE_HOLDS)[0]["state"] == "rejected"
+    assert 9 not in {r["tradeid"] for r in w.table(wh.DIM_TRADE)}
 
 
 def three_batch1_trades(spark, tmp_path) -> World:
