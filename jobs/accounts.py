@@ -43,12 +43,19 @@ the TPC-DI batch of the change that started the version (the account's or the cu
 one, the greater batch on a tie). `sk_accountid` = `surrogate_key(accountid, effectivedate)`.
 
 **Alerts** (DImessages, source DimCustomer): "Invalid customer tier" (`C_ID = 1, C_TIER = 4`) and "DOB out of
-range" (`C_ID = 1, C_DOB = 1905-09-03`), one per source record that *carries* the value -- NEW/UPDCUST actions
-whose `present_fields` name it, every Customer.txt line -- when the tier is not 1, 2 or 3 (a carried NULL,
-i.e. present-but-empty, is invalid) or the birth date is before BatchDate minus 100 years or after BatchDate
-(BatchDate of the record's TPC-DI batch). This is how the official generator counts C_TIER_INV, C_DOB_TO and
-C_DOB_TY: an empty C_TIER in Customer.txt counts, a NEW without the C_TIER attribute does not. Message key:
-`tier C_ID=1 ACTION_SEQ=2` (XML) or `tier C_ID=1 CDC_DSN=7` (Customer.txt); `dob ...` likewise.
+range" (`C_ID = 1, C_DOB = 1905-09-03`), one per *new-customer record* -- a CustomerMgmt NEW action or a
+Customer.txt line (CDC_FLAG I or U: each line carries the whole customer) -- whose tier is not 1, 2 or 3 (an absent
+or empty C_TIER included) or whose birth date is before BatchDate minus 100 years or after BatchDate (BatchDate of
+the record's TPC-DI batch). UPDCUST actions are not checked. Why: the specification states these checks among the
+rules that build a customer's record from a full customer record (NEW, and every line of the incremental
+Customer.txt); an UPDCUST carries only the fields it changes and inherits the rest, so it is not such a record.
+That is also exactly what the official generator counts in C_TIER_INV, C_DOB_TO and C_DOB_TY. On official SF 3
+data, Batch1's CustomerMgmt.xml has 243 NEW actions without a C_TIER attribute and 8 NEW actions with a tier
+outside 1-3: 243 + 8 = 251 = C_TIER_INV; its 60 UPDCUST actions with an empty C_TIER and 1 with an invalid tier
+are not counted (counting "records that carry the value", as this step once did, gave 8 + 60 + 1 = 69); Batch2's
+one Customer.txt line with an empty C_TIER (a U line) is its C_TIER_INV of 1. Birth dates follow the same rule
+(UPDCUST actions do not carry C_DOB in the official files). Message key: `tier C_ID=1 ACTION_SEQ=2` (XML) or
+`tier C_ID=1 CDC_DSN=7` (Customer.txt); `dob ...` likewise.
 
 Decisions where the spec is silent:
 - a customer whose status code is unknown or that lacks a required field (tax id, names, DOB, address line 1,
@@ -96,6 +103,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from jobs import prospect
 from jobs.collect import collect_parts
 from jobs.messages import ALERT, alerts
 from jobs.scd2 import BATCH, END_OF_TIME, TS, build_versions, present_flag, surrogate_key, version_changes
@@ -103,9 +111,10 @@ from jobs.scope import BatchScope
 from jobs.stage import CUSTOMER_MGMT_SOURCE, nondelimited_source_for_file, source_for_file
 from schemas import sources as src
 from schemas import warehouse as wh
-from schemas.model import Table
+from schemas.model import Table, spark_type
 from schemas.staging import CUSTOMER_MGMT
 from streamdi.context import JobContext
+from streamdi.spark import literal_frame
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +339,9 @@ def customer_versions(changes: DataFrame, status_types: DataFrame, tax_rates: Da
         "nationaltaxrate",
         "localtaxratedesc",
         "localtaxrate",
+        # the demographics come from Prospect.csv lines, in the driver once the versions are collected
+        # (`jobs.prospect.with_demographics`)
+        *[F.lit(None).cast(spark_type(wh.DIM_CUSTOMER.column(c).type)).alias(c) for c in prospect.DEMOGRAPHICS],
         "iscurrent",
         "batchid",
         "effectivedate",
@@ -456,14 +468,13 @@ def _identity(label: str, position: str) -> Column:
 
 def customer_alerts(actions: DataFrame, lines: DataFrame) -> DataFrame:
     """Tier and birth-date alerts of the records given: CustomerMgmt rows and Customer.txt rows, each with the
-    `batchdate` of its TPC-DI batch. One alert per record that carries the bad value (see module doc)."""
+    `batchdate` of its TPC-DI batch. One alert per new-customer record (a NEW action or a Customer.txt line) whose
+    tier is not 1, 2 or 3 (absent or empty included) or whose birth date is out of range (see module doc)."""
     kind = F.col("action_type")
-    xml = actions.where(kind.isin("NEW", "UPDCUST")).select(
+    xml = actions.where(kind == "NEW").select(
         F.col("c_id").alias("customerid"),
         F.col("c_tier").alias("tier"),
         F.col("c_dob").alias("dob"),
-        _present("c_tier").alias("_tier"),
-        _present("c_dob").alias("_dob"),
         _identity("ACTION_SEQ", "action_seq"),
         "source_batch",
         "batchdate",
@@ -472,8 +483,6 @@ def customer_alerts(actions: DataFrame, lines: DataFrame) -> DataFrame:
         F.col("c_id").alias("customerid"),
         F.col("c_tier").alias("tier"),
         F.col("c_dob").alias("dob"),
-        F.lit(True).alias("_tier"),
-        F.lit(True).alias("_dob"),
         _identity("CDC_DSN", "cdc_dsn"),
         "source_batch",
         "batchdate",
@@ -484,7 +493,7 @@ def customer_alerts(actions: DataFrame, lines: DataFrame) -> DataFrame:
         records,
         source="DimCustomer",
         text="Invalid customer tier",
-        when=F.col("_tier") & (F.col("tier").isNull() | ~F.col("tier").isin(1, 2, 3)),
+        when=F.col("tier").isNull() | ~F.col("tier").isin(1, 2, 3),
         data=F.concat(cid, F.lit(", C_TIER = "), F.coalesce(F.col("tier").cast("string"), F.lit(""))),
         key=F.concat(F.lit("tier "), F.col("_ident")),
         batchid=F.col("source_batch"),
@@ -494,7 +503,7 @@ def customer_alerts(actions: DataFrame, lines: DataFrame) -> DataFrame:
         records,
         source="DimCustomer",
         text="DOB out of range",
-        when=F.col("_dob") & ((F.col("dob") < F.add_months(bd, -1200)) | (F.col("dob") > bd)),
+        when=(F.col("dob") < F.add_months(bd, -1200)) | (F.col("dob") > bd),
         data=F.concat(cid, F.lit(", C_DOB = "), F.date_format("dob", "yyyy-MM-dd")),
         key=F.concat(F.lit("dob "), F.col("_ident")),
         batchid=F.col("source_batch"),
@@ -545,6 +554,7 @@ class Triggers:
     """What this micro-batch brings that T2 depends on (from its landing files and newly dated batches)."""
 
     records: bool  # CustomerMgmt.xml, Customer.txt or Account.txt
+    prospects: bool  # Prospect.csv: the Prospect table, and the demographics of the customers it matches
     statuses: bool  # StatusType.txt: every status name may change
     tax_rates: bool  # TaxRate.txt: every customer's tax rates may change
     brokers: bool  # HR.csv or Date.txt: DimBroker may change
@@ -552,13 +562,13 @@ class Triggers:
 
     @property
     def any(self) -> bool:
-        return self.records or self.statuses or self.tax_rates or self.brokers or self.dated
+        return self.records or self.prospects or self.statuses or self.tax_rates or self.brokers or self.dated
 
 
 def triggers(scope: BatchScope) -> Triggers:
     """Which T2 inputs this micro-batch's files carry, by the declared file patterns."""
     names: set[str] = set()
-    watched = (src.CUSTOMER, src.ACCOUNT, src.STATUS_TYPE, src.TAX_RATE, src.HR, src.DATE_FILE)
+    watched = (src.CUSTOMER, src.ACCOUNT, src.PROSPECT, src.STATUS_TYPE, src.TAX_RATE, src.HR, src.DATE_FILE)
     for file in scope.file_seq:
         source = source_for_file(file, sources=watched)
         if source is not None:
@@ -567,6 +577,7 @@ def triggers(scope: BatchScope) -> Triggers:
             names.add(CUSTOMER_MGMT_SOURCE)
     return Triggers(
         records=bool(names & {CUSTOMER_MGMT_SOURCE, src.CUSTOMER.name, src.ACCOUNT.name}),
+        prospects=src.PROSPECT.name in names,
         statuses=src.STATUS_TYPE.name in names,
         tax_rates=src.TAX_RATE.name in names,
         brokers=bool(names & {src.HR.name, src.DATE_FILE.name}),
@@ -583,11 +594,12 @@ RECORD_TABLES = (CUSTOMER_MGMT, src.CUSTOMER.staging, src.ACCOUNT.staging)
 DRIVER_KEYS = 100_000
 
 
-def rebuilt_keys(ctx: JobContext, scope: BatchScope) -> tuple[pa.Array, pa.Array]:
+def rebuilt_keys(ctx: JobContext, scope: BatchScope, matched: pa.Array | None = None) -> tuple[pa.Array, pa.Array]:
     """The customers and the accounts `run` rebuilds when no reference file touches every key: the customers
-    with a record new to the warehouse, the accounts with one or whose records name such a customer, and the
-    customers of those accounts. Read with delta-rs (no Spark job) from the key columns of the staged records;
-    Customer.txt and Account.txt lines count once their TPC-DI batch is dated, as in `run`."""
+    with a record new to the warehouse (and the customers `matched` by new prospect lines), the accounts with one
+    or whose records name such a customer, and the customers of those accounts. Read with delta-rs (no Spark
+    job) from the key columns of the staged records; Customer.txt and Account.txt lines count once their TPC-DI
+    batch is dated, as in `run`."""
     dated = pc.field("source_batch").isin(pa.array(sorted(scope.batch_dates), pa.int32()))
     newly = pa.array(scope.newly_dated, pa.int32())
 
@@ -598,7 +610,9 @@ def rebuilt_keys(ctx: JobContext, scope: BatchScope) -> tuple[pa.Array, pa.Array
     xml = scope.staged_where(ctx, CUSTOMER_MGMT, pc.scalar(True), ["action_type", "c_id", "ca_id", *lineage])
     lines = scope.staged_where(ctx, src.CUSTOMER.staging, dated, ["c_id", *lineage])
     xml_customers = xml.filter(pc.is_in(xml["action_type"], pa.array(CUSTOMER_ACTIONS)))
-    customers = _unique(in_scope(xml_customers)["c_id"], in_scope(lines)["c_id"])
+    customers = _unique(
+        in_scope(xml_customers)["c_id"], in_scope(lines)["c_id"], *([] if matched is None else [matched])
+    )
 
     account_kind = pc.is_in(xml["action_type"], pa.array(ACCOUNT_ACTIONS))
     xml_accounts = xml.filter(pc.and_(account_kind, pc.is_valid(xml["ca_id"])))
@@ -625,7 +639,9 @@ def _unique(*columns: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.unique(pa.chunked_array(chunks, pa.int64()))
 
 
-def _records(ctx: JobContext, scope: BatchScope, why: Triggers) -> tuple[DataFrame, DataFrame, DataFrame]:
+def _records(
+    ctx: JobContext, scope: BatchScope, why: Triggers, matched: pa.Array
+) -> tuple[DataFrame, DataFrame, DataFrame]:
     """The staged CustomerMgmt actions, Customer.txt lines and Account.txt lines `run` reads (up to this
     micro-batch). When earlier micro-batches staged records and no reference file touches every key, only the
     records of the keys to rebuild (`rebuilt_keys`) are read, with delta-rs, and handed to Spark as Arrow: `run`
@@ -633,7 +649,7 @@ def _records(ctx: JobContext, scope: BatchScope, why: Triggers) -> tuple[DataFra
     runs no Spark job over every staged record."""
     everything = why.statuses or why.tax_rates or why.brokers
     if not everything and scope.staged_before(ctx, RECORD_TABLES):
-        customers, accounts = rebuilt_keys(ctx, scope)
+        customers, accounts = rebuilt_keys(ctx, scope, matched)
         if len(customers) + len(accounts) <= DRIVER_KEYS:
             kept = {
                 CUSTOMER_MGMT: pc.field("c_id").isin(customers) | pc.field("ca_id").isin(accounts),
@@ -659,16 +675,26 @@ def _in_scope(scope: BatchScope, micro: str = "batch_id", batch: str = "source_b
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the touched customers and accounts from all their staged records and commit DimCustomer,
-    DimAccount and the alerts (one commit each, skipped when already recorded for this micro-batch).
+    DimAccount and the alerts (one commit each, skipped when already recorded for this micro-batch), then the
+    Prospect table (`jobs.prospect.run`, which needs this micro-batch's DimCustomer).
 
     Spark actions: one per version set (customers, accounts) and one that collects the three tables' changes
     (`collect_changes`)."""
     why = triggers(scope)
-    todo = [t for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES) if not scope.committed(ctx, STEP, t)]
-    if not why.any or not todo:
+    if not why.any:
         return {}
+    rows = _customers_and_accounts(ctx, scope, why)
+    rows.update(prospect.run(ctx, scope))
+    return rows
+
+
+def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -> dict[str, int]:
+    todo = [t for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES) if not scope.committed(ctx, STEP, t)]
+    if not todo:
+        return {}
+    matched = prospect.customers_matching_new_lines(ctx, scope)
     dates = F.broadcast(scope.dates_frame(ctx))
-    actions, customer_staged, account_staged = _records(ctx, scope, why)
+    actions, customer_staged, account_staged = _records(ctx, scope, why, matched)
     customer_lines = customer_staged.join(dates, "source_batch")
     account_lines = account_staged.join(dates, "source_batch")
     cust_changes = customer_changes(actions, customer_lines)
@@ -679,7 +705,11 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if why.statuses or why.tax_rates:
         touched_customers = cust_changes.select("customerid").distinct()
     else:
-        touched_customers = cust_changes.where(in_scope).select("customerid").distinct()
+        touched_customers = cust_changes.where(in_scope).select("customerid")
+        if len(matched):  # customers whose demographics may change: a new prospect line matches them
+            ids = literal_frame(ctx.spark, [(i,) for i in matched.to_pylist()], "customerid bigint")
+            touched_customers = touched_customers.unionByName(ids)
+        touched_customers = touched_customers.distinct()
     if why.statuses or why.brokers:
         touched_accounts = acct_changes.select("accountid").distinct()
     else:
@@ -727,6 +757,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     collected = collect_changes({t: changes[t]() for t in todo})
     rows: dict[str, int] = {}
     for table, (new, gone) in collected.items():
+        if table is wh.DIM_CUSTOMER and new.num_rows:
+            batches = sorted(set(new["batchid"].to_pylist()))
+            new = prospect.with_demographics(new, prospect.staged_lines(ctx, scope, batches))
         # committed even when empty, so that the app transaction records the micro-batch as done
         data = ctx.lake.to_arrow(table, new)
         ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)

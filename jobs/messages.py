@@ -12,16 +12,18 @@ A step raises its alerts with `alerts(...)` and commits them with `commit_messag
 
 Step DM (`run`, the last step of every micro-batch) writes the batch validation rows and the phase complete
 record of the TPC-DI validation query (TPC-DI 1.1.0, Appendix B, `tpcdi_validation.sql`), for every TPC-DI batch
-the micro-batch carries:
-- `Validation` rows, `messagesource` = the table, `messagetext` = "Row count", `messagedata` = the table's row
-  count once this micro-batch's commits are done, for every table of the validation query that streamdi builds
-  (`VALIDATED_TABLES`: the reference tables, DimBroker, DimCompany, DimSecurity, Financial, DimCustomer,
-  DimAccount, DimTrade); "Inactive customers" for DimCustomer (current versions with status Inactive). The
-  query's "Row count joined" rows and "Inactive watches" concern only FactCashBalances, FactHoldings,
-  FactMarketHistory and FactWatches, which streamdi does not build yet (add them to `VALIDATED_TABLES` /
-  `validation_counts` with those tables). A declared table that does not exist yet counts 0 rows.
+the micro-batch carries, 24 `Validation` rows per batch (`VALIDATION_MESSAGES`):
+- `messagetext` "Row count", `messagedata` = the table's row count once this micro-batch's commits are done, for
+  the 18 tables of the query (`VALIDATED_TABLES`: the reference tables, the dimensions, Prospect, Financial and
+  the four fact tables); a table that does not exist yet counts 0 rows;
+- "Row count joined" for the four fact tables (`JOINED`): the rows whose every dimension key names a row of that
+  dimension (FactCashBalances and FactHoldings also through their account's broker), i.e. the row count of the
+  query's inner joins, since every joined key is unique in its dimension;
+- "Inactive customers" (DimCustomer: current versions with status Inactive) and "Inactive watches"
+  (FactWatches: watches with a removal date);
 - one `PCR` row: source "Phase Complete Record", text "Batch Complete", no data.
-`messagekey` is the message text, so each (batch, source, type, text) exists once.
+`messagekey` is the message text, so each (batch, source, type, text) exists once. The counts are made in the
+driver from Delta metadata and narrow delta-rs reads of the key columns (`_counts`), without a Spark job.
 
 Decisions where the spec is silent (it runs the query once after a whole batch):
 - A dripped TPC-DI batch spans many micro-batches: each one upserts the rows of its TPC-DI batch with the
@@ -45,11 +47,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from functools import reduce
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.scope import BatchScope
@@ -58,7 +60,6 @@ from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from schemas.warehouse import DI_MESSAGES
 from streamdi.context import JobContext
-from streamdi.spark import literal_frame
 
 ALERT = "Alert"
 STATUS = "Status"
@@ -69,13 +70,15 @@ QUALITY_TEXT = "Quality check failed: "
 PHASE_COMPLETE_SOURCE = "Phase Complete Record"
 PHASE_COMPLETE_TEXT = "Batch Complete"
 ROW_COUNT = "Row count"
+ROW_COUNT_JOINED = "Row count joined"
 INACTIVE_CUSTOMERS = "Inactive customers"
+INACTIVE_WATCHES = "Inactive watches"
 INITIAL_BATCH = 0  # the spec's batch 0: the warehouse before Batch1
 
 # the columns of the rows `alerts` builds: DImessages without the time, which `commit_messages` adds
 ALERT_COLUMNS = pa.schema([f for f in DI_MESSAGES.arrow_schema() if f.name != "messagedateandtime"])
 
-# MessageSource -> table, for the tables of the validation query that streamdi builds (in the query's order).
+# MessageSource -> table, for the tables of the validation query (in the query's order).
 VALIDATED_TABLES: tuple[tuple[str, Table], ...] = (
     ("DimAccount", wh.DIM_ACCOUNT),
     ("DimBroker", wh.DIM_BROKER),
@@ -85,16 +88,81 @@ VALIDATED_TABLES: tuple[tuple[str, Table], ...] = (
     ("DimSecurity", wh.DIM_SECURITY),
     ("DimTime", wh.DIM_TIME),
     ("DimTrade", wh.DIM_TRADE),
+    ("FactCashBalances", wh.FACT_CASH_BALANCES),
+    ("FactHoldings", wh.FACT_HOLDINGS),
+    ("FactMarketHistory", wh.FACT_MARKET_HISTORY),
+    ("FactWatches", wh.FACT_WATCHES),
     ("Financial", wh.FINANCIAL),
     ("Industry", wh.INDUSTRY),
+    ("Prospect", wh.PROSPECT),
     ("StatusType", wh.STATUS_TYPE),
     ("TaxRate", wh.TAX_RATE),
     ("TradeType", wh.TRADE_TYPE),
 )
-# (MessageSource, MessageText) of every validation row a batch gets.
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A fact column that the validation query joins to a dimension's key column."""
+
+    column: str
+    dimension: Table
+    key: str
+
+
+# "Row count joined": per fact table, the joins of the validation query. `through_account` adds the query's join
+# of the account's broker (DimAccount.sk_brokerid -> DimBroker).
+JOINED: tuple[tuple[str, Table, tuple[Lookup, ...], bool], ...] = (
+    (
+        "FactCashBalances",
+        wh.FACT_CASH_BALANCES,
+        (
+            Lookup("sk_accountid", wh.DIM_ACCOUNT, "sk_accountid"),
+            Lookup("sk_customerid", wh.DIM_CUSTOMER, "sk_customerid"),
+            Lookup("sk_dateid", wh.DIM_DATE, "sk_dateid"),
+        ),
+        True,
+    ),
+    (
+        "FactHoldings",
+        wh.FACT_HOLDINGS,
+        (
+            Lookup("sk_accountid", wh.DIM_ACCOUNT, "sk_accountid"),
+            Lookup("sk_customerid", wh.DIM_CUSTOMER, "sk_customerid"),
+            Lookup("sk_dateid", wh.DIM_DATE, "sk_dateid"),
+            Lookup("sk_timeid", wh.DIM_TIME, "sk_timeid"),
+            Lookup("sk_companyid", wh.DIM_COMPANY, "sk_companyid"),
+            Lookup("sk_securityid", wh.DIM_SECURITY, "sk_securityid"),
+        ),
+        True,
+    ),
+    (
+        "FactMarketHistory",
+        wh.FACT_MARKET_HISTORY,
+        (
+            Lookup("sk_dateid", wh.DIM_DATE, "sk_dateid"),
+            Lookup("sk_companyid", wh.DIM_COMPANY, "sk_companyid"),
+            Lookup("sk_securityid", wh.DIM_SECURITY, "sk_securityid"),
+        ),
+        False,
+    ),
+    (
+        "FactWatches",
+        wh.FACT_WATCHES,
+        (
+            Lookup("sk_customerid", wh.DIM_CUSTOMER, "sk_customerid"),
+            Lookup("sk_dateid_dateplaced", wh.DIM_DATE, "sk_dateid"),
+            Lookup("sk_securityid", wh.DIM_SECURITY, "sk_securityid"),
+        ),
+        False,
+    ),
+)
+# (MessageSource, MessageText) of every validation row a batch gets, in the query's order.
 VALIDATION_MESSAGES: tuple[tuple[str, str], ...] = (
     *((source, ROW_COUNT) for source, _ in VALIDATED_TABLES),
+    *((source, ROW_COUNT_JOINED) for source, _, _, _ in JOINED),
     ("DimCustomer", INACTIVE_CUSTOMERS),
+    ("FactWatches", INACTIVE_WATCHES),
 )
 
 
@@ -139,6 +207,64 @@ def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: DataFra
     return data.num_rows
 
 
+def commit_alert_changes(
+    ctx: JobContext,
+    scope: BatchScope,
+    step: str,
+    part: str,
+    raised: pa.Table,
+    *,
+    source: str,
+    texts: Sequence[str],
+    owners: Sequence[str],
+) -> int:
+    """Upsert the alerts `raised` (the columns of `alerts`) of a step's `part` and delete, in the same commit, the
+    existing alerts of `source` with one of `texts` that belong to one of `owners` and are not raised again: a
+    record that now loads (or whose alert moved to another batch) leaves no trace of its wait, so a split batch
+    ends with the alerts of a whole one. An alert's owner is the first word of its message key (e.g. `CA_ID=5` in
+    `CA_ID=5 DAY=2017-07-08`): the unit the step recomputed. App transaction `<step>/dimessages/<part>`; nothing
+    is committed when there is nothing to upsert or delete. Returns the rows upserted."""
+    if scope.committed(ctx, step, DI_MESSAGES, part):
+        return 0
+    key = list(DI_MESSAGES.key)
+    doomed = pa.table({k: pa.array([], DI_MESSAGES.arrow_schema().field(k).type) for k in key})
+    if owners and ctx.lake.exists(DI_MESSAGES):
+        mine = (
+            (pc.field("messagesource") == source)
+            & (pc.field("messagetype") == ALERT)
+            & pc.field("messagetext").isin(pa.array(list(texts), pa.string()))
+        )
+        existing = ctx.lake.read_where(DI_MESSAGES, mine, key)
+        if existing.num_rows:
+            owner = pc.list_element(pc.split_pattern(existing["messagekey"], " ", max_splits=1), 0)
+            existing = existing.filter(pc.is_in(owner, value_set=pa.array(list(owners), owner.type)))
+            again = raised.select(key).cast(existing.select(key).schema)
+            doomed = existing.join(again, keys=key, join_type="left anti").select(key)
+    if raised.num_rows == 0 and doomed.num_rows == 0:
+        return 0
+    data = ctx.lake.to_arrow(DI_MESSAGES, dated_messages(scope, raised.select(ALERT_COLUMNS.names).cast(ALERT_COLUMNS)))
+    app_id = scope.app_id(step, DI_MESSAGES, part)
+    ctx.lake.upsert(DI_MESSAGES, data, app_id=app_id, version=scope.batch_id, deletes=doomed)
+    return data.num_rows
+
+
+def alert_rows(
+    batchid: pa.Array, *, source: str, text: str, data: pa.Array | list[str], key: pa.Array | list[str]
+) -> pa.Table:
+    """Alert messages in the columns of `alerts`, built in the driver: one per element of `batchid`."""
+    n = len(batchid)
+    return pa.table(
+        {
+            "batchid": pa.array(batchid, pa.int32()) if not isinstance(batchid, pa.Array) else batchid.cast(pa.int32()),
+            "messagesource": pa.array([source] * n, pa.large_string()),
+            "messagetext": pa.array([text] * n, pa.large_string()),
+            "messagetype": pa.array([ALERT] * n, pa.large_string()),
+            "messagedata": pa.array(data, pa.large_string()),
+            "messagekey": pa.array(key, pa.large_string()),
+        }
+    ).cast(ALERT_COLUMNS)
+
+
 def dated_messages(scope: BatchScope, rows: pa.Table) -> pa.Table:
     """Arrow message rows (the columns of `alerts`) with `messagedateandtime`: midnight of their batch's BatchDate,
     NULL while it is unknown."""
@@ -147,98 +273,99 @@ def dated_messages(scope: BatchScope, rows: pa.Table) -> pa.Table:
     return rows.append_column("messagedateandtime", stamps).select(DI_MESSAGES.column_names)
 
 
-def validation_counts(spark: SparkSession, tables: Mapping[str, DataFrame | None]) -> DataFrame:
-    """`messagesource, messagetext, messagedata` (text) of every row of `VALIDATION_MESSAGES`.
-
-    `tables` maps a MessageSource of `VALIDATED_TABLES` to the table's rows (None or absent: the table does
-    not exist, count 0). All counts are computed by one Spark job when the result is read.
-    """
-
-    def count(source: str, text: str, df: DataFrame | None, where: Column | None = None) -> DataFrame:
-        if df is None:
-            return literal_frame(
-                spark, [(source, text, "0")], "messagesource string, messagetext string, messagedata string"
-            )
-        rows = df if where is None else df.where(where)
-        return rows.agg(F.count(F.lit(1)).cast("string").alias("messagedata")).select(
-            F.lit(source).alias("messagesource"), F.lit(text).alias("messagetext"), "messagedata"
-        )
-
-    parts = [count(source, ROW_COUNT, tables.get(source)) for source, _ in VALIDATED_TABLES]
-    inactive = F.col("iscurrent") & (F.col("status") == "Inactive")
-    parts.append(count("DimCustomer", INACTIVE_CUSTOMERS, tables.get("DimCustomer"), inactive))
-    return reduce(DataFrame.unionByName, parts)
+def joined_rows(facts: pa.Table, lookups: Sequence[Lookup], keys: Mapping[tuple[str, str], pa.Array]) -> int:
+    """How many rows of `facts` (holding the `lookups` columns) the validation query's inner joins keep: rows whose
+    every lookup column holds a key of `keys[(dimension name, key column)]` (the dimension's keys; for a join
+    through the account's broker, the accounts whose broker exists). NULL never joins."""
+    kept = None
+    for lookup in lookups:
+        found = pc.is_in(facts[lookup.column], value_set=keys[(lookup.dimension.name, lookup.key)])
+        found = pc.fill_null(found, False)
+        kept = found if kept is None else pc.and_(kept, found)
+    if kept is None:
+        return facts.num_rows
+    return int(pc.sum(kept.cast(pa.int64())).as_py() or 0)
 
 
-def validation_rows(counts: DataFrame, batchids: Sequence[int]) -> DataFrame:
-    """Validation messages (DImessages columns without `messagedateandtime`) of `counts` for every batch."""
-    spark = counts.sparkSession
-    batches = literal_frame(spark, [(b,) for b in sorted(batchids)], "batchid int")
-    return batches.crossJoin(counts).select(
-        F.col("batchid"),
-        F.col("messagesource"),
-        F.col("messagetext"),
-        F.lit(VALIDATION).alias("messagetype"),
-        F.col("messagedata"),
-        F.col("messagetext").alias("messagekey"),
-    )
+def validation_counts(ctx: JobContext) -> dict[tuple[str, str], int]:
+    """The figures of `VALIDATION_MESSAGES` as the warehouse stands: row counts from Delta metadata, the joined
+    counts and the inactive customers and watches from narrow delta-rs reads (no Spark job). A table that does not
+    exist counts 0 rows."""
+    lake = ctx.lake
 
+    def column(table: Table, name: str) -> pa.Array:
+        if not lake.exists(table):
+            return pa.array([], table.arrow_schema().field(name).type)
+        return lake.read_columns(table, [name])[name].combine_chunks()
 
-def phase_complete_rows(spark: SparkSession, batchids: Sequence[int]) -> DataFrame:
-    """One phase complete record per batch (DImessages columns without `messagedateandtime`)."""
-    rows = [(b, PHASE_COMPLETE_SOURCE, PHASE_COMPLETE_TEXT, PCR, None, PHASE_COMPLETE_TEXT) for b in sorted(batchids)]
-    return literal_frame(
-        spark,
-        rows,
-        "batchid int, messagesource string, messagetext string, messagetype string, messagedata string, "
-        "messagekey string",
-    )
-
-
-def batch_messages(
-    spark: SparkSession, tables: Mapping[str, DataFrame | None], source_batches: Sequence[int]
-) -> DataFrame | None:
-    """Validation and phase complete rows of `source_batches` (plus batch 0 with batch 1); None if none."""
-    batches = sorted(set(source_batches))
-    if not batches:
-        return None
-    parts = [validation_rows(validation_counts(spark, tables), batches), phase_complete_rows(spark, batches)]
-    if 1 in batches:
-        parts.append(validation_rows(validation_counts(spark, {}), [INITIAL_BATCH]))
-        parts.append(phase_complete_rows(spark, [INITIAL_BATCH]))
-    return reduce(DataFrame.unionByName, parts)
-
-
-def _counts(ctx: JobContext) -> dict[tuple[str, str], int]:
-    """The figures of `VALIDATION_MESSAGES` from Delta metadata and narrow delta-rs scans (no Spark job)."""
-    counts = {}
+    counts: dict[tuple[str, str], int] = {}
     for source, table in VALIDATED_TABLES:
-        counts[(source, ROW_COUNT)] = ctx.lake.row_count(table) if ctx.lake.exists(table) else 0
+        counts[(source, ROW_COUNT)] = lake.row_count(table) if lake.exists(table) else 0
+    keys: dict[tuple[str, str], pa.Array] = {}
+    for _, _, lookups, _ in JOINED:
+        for lookup in lookups:
+            ident = (lookup.dimension.name, lookup.key)
+            if ident not in keys:
+                keys[ident] = column(lookup.dimension, lookup.key)
+    with_broker = dict(keys)
+    if lake.exists(wh.DIM_ACCOUNT):
+        accounts = lake.read_columns(wh.DIM_ACCOUNT, ["sk_accountid", "sk_brokerid"])
+        brokered = pc.is_in(accounts["sk_brokerid"], value_set=column(wh.DIM_BROKER, "sk_brokerid"))
+        with_broker[(wh.DIM_ACCOUNT.name, "sk_accountid")] = accounts.filter(brokered)["sk_accountid"].combine_chunks()
+    for source, table, lookups, through_account in JOINED:
+        joined = 0
+        if counts[(source, ROW_COUNT)]:
+            facts = lake.read_columns(table, [lookup.column for lookup in lookups])
+            joined = joined_rows(facts, lookups, with_broker if through_account else keys)
+        counts[(source, ROW_COUNT_JOINED)] = joined
     inactive = 0
-    if ctx.lake.exists(wh.DIM_CUSTOMER):
-        c = ctx.lake.read_columns(wh.DIM_CUSTOMER, ["iscurrent", "status"])
+    if lake.exists(wh.DIM_CUSTOMER):
+        c = lake.read_columns(wh.DIM_CUSTOMER, ["iscurrent", "status"])
         inactive = pc.sum(pc.and_(c["iscurrent"], pc.equal(c["status"], "Inactive")).cast("int64")).as_py() or 0
     counts[("DimCustomer", INACTIVE_CUSTOMERS)] = inactive
+    removed = column(wh.FACT_WATCHES, "sk_dateid_dateremoved")
+    counts[("FactWatches", INACTIVE_WATCHES)] = len(removed) - removed.null_count
     return counts
 
 
-def batch_messages_counted(
-    spark: SparkSession, counts: Mapping[tuple[str, str], int], source_batches: Sequence[int]
-) -> DataFrame | None:
-    """`batch_messages` from counts already made (`(source, text) -> count`, as `_counts` gives them)."""
-    batches = sorted(set(source_batches))
-    if not batches:
-        return None
-    rows = [(source, text, str(counts[(source, text)])) for source, text in VALIDATION_MESSAGES]
-    figures = literal_frame(spark, rows, "messagesource string, messagetext string, messagedata string")
-    parts = [validation_rows(figures, batches), phase_complete_rows(spark, batches)]
-    if 1 in batches:
-        parts.append(validation_rows(validation_counts(spark, {}), [INITIAL_BATCH]))
-        parts.append(phase_complete_rows(spark, [INITIAL_BATCH]))
-    return reduce(DataFrame.unionByName, parts)
+def batch_message_rows(counts: Mapping[tuple[str, str], int], source_batches: Sequence[int]) -> pa.Table:
+    """The validation rows (`counts`: `(source, text) -> figure` for every row of `VALIDATION_MESSAGES`) and the
+    phase complete record of every batch of `source_batches`, plus batch 0 (every figure 0) with batch 1, in the
+    columns of `alerts`."""
+    rows = []
+    for batch in sorted(set(source_batches)):
+        rows.extend(_batch_rows(batch, counts))
+        if batch == 1:
+            rows.extend(_batch_rows(INITIAL_BATCH, dict.fromkeys(VALIDATION_MESSAGES, 0)))
+    return pa.Table.from_pylist(rows, schema=ALERT_COLUMNS)
 
 
-def quality_messages(ctx: JobContext, scope: BatchScope) -> DataFrame | None:
+def _batch_rows(batch: int, counts: Mapping[tuple[str, str], int]) -> list[dict]:
+    rows = [
+        {
+            "batchid": batch,
+            "messagesource": source,
+            "messagetext": text,
+            "messagetype": VALIDATION,
+            "messagedata": str(counts[(source, text)]),
+            "messagekey": text,
+        }
+        for source, text in VALIDATION_MESSAGES
+    ]
+    rows.append(
+        {
+            "batchid": batch,
+            "messagesource": PHASE_COMPLETE_SOURCE,
+            "messagetext": PHASE_COMPLETE_TEXT,
+            "messagetype": PCR,
+            "messagedata": None,
+            "messagekey": PHASE_COMPLETE_TEXT,
+        }
+    )
+    return rows
+
+
+def quality_messages(ctx: JobContext, scope: BatchScope) -> pa.Table | None:
     """One `Quality` message per check that failed in this micro-batch (any attempt), or None if none did."""
     if not scope.source_batches or not ctx.lake.exists(QUALITY_RESULTS):
         return None
@@ -253,14 +380,17 @@ def quality_messages(ctx: JobContext, scope: BatchScope) -> DataFrame | None:
     rows = []
     for (table, check), r in sorted(failed.items()):
         on = f" on {r['column_name']}" if r["column_name"] else ""
-        data = f"{r['expectation']}{on}, policy {r['policy']}"
-        rows.append((batchid, table, QUALITY_TEXT + check, QUALITY, data, f"{table}/{check}"))
-    return literal_frame(
-        ctx.spark,
-        rows,
-        "batchid int, messagesource string, messagetext string, messagetype string, messagedata string, "
-        "messagekey string",
-    )
+        rows.append(
+            {
+                "batchid": batchid,
+                "messagesource": table,
+                "messagetext": QUALITY_TEXT + check,
+                "messagetype": QUALITY,
+                "messagedata": f"{r['expectation']}{on}, policy {r['policy']}",
+                "messagekey": f"{table}/{check}",
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=ALERT_COLUMNS)
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -268,9 +398,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     row per failed data-quality check."""
     if not scope.source_batches or scope.committed(ctx, "DM", DI_MESSAGES):
         return {}
-    rows = batch_messages_counted(ctx.spark, _counts(ctx), scope.source_batches)
+    rows = batch_message_rows(validation_counts(ctx), scope.source_batches)
     quality = quality_messages(ctx, scope)
     if quality is not None:
-        rows = rows.unionByName(quality)
+        rows = pa.concat_tables([rows, quality])
     written = commit_messages(ctx, scope, "DM", rows)
     return {DI_MESSAGES.name: written} if written else {}

@@ -1,12 +1,16 @@
-"""The transaction graph of one micro-batch: T0 -> T1, T2 -> T3 -> DM, each step one commit per target table.
+"""The transaction graph of one micro-batch: T0 -> T1, T2 -> T3, T4 -> DM, each step one commit per target table.
 
 | step | tables | module |
 |------|--------|--------|
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
 | T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.securities` |
-| T2   | DimCustomer, DimAccount (CreateAccounts) | `jobs.accounts` |
-| T3   | DimTrade (CreateTrades) | `jobs.trades` |
-| DM   | DImessages: validation counts, alerts, phase complete | `jobs.messages` |
+| T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.accounts`, `jobs.prospect` |
+| T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.trades`, `jobs.holdings`, `jobs.cash_balances` |
+| T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
+| DM   | DImessages: validation counts, phase complete | `jobs.messages` |
+
+T3 and T4 both need only T1 and T2 (T4 reads no table of T3), so they run at the same time too; alerts go to
+DImessages from every step that raises them (under its own app transaction, `T3/dimessages/factholdings`).
 
 Every commit carries the app transaction (`<step>/<table>`, micro-batch id), and a step skips a table whose
 commit for this micro-batch is already recorded, so rerunning a micro-batch after a crash redoes exactly the
@@ -14,7 +18,7 @@ commits that are missing. A step reads the tables of earlier steps as they stand
 commits to them (batch order guarantees nothing later has been committed), so a rerun computes what the
 interrupted run would have computed. T1 and T2 depend only on T0: they run at the same time, in two threads
 (Spark runs their jobs side by side; their commits go to different tables, except DImessages, where each
-upserts only the alerts of its own tables under the table's commit lock).
+upserts only the alerts of its own tables under the table's commit lock); so do T3 and T4 after them.
 
 After a step commits, the warehouse suites of its tables run on what it wrote (`jobs.validate`). A failed
 `halt` check ends the run after that wave: `TransformReport.halts` says why, and the later steps (DM included)
@@ -30,7 +34,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from jobs import accounts, messages, reference, securities, trades, validate
+from jobs import (
+    accounts,
+    cash_balances,
+    holdings,
+    market_history,
+    messages,
+    reference,
+    securities,
+    trades,
+    validate,
+    watches,
+)
 from jobs.scope import BatchScope, load_scope
 from streamdi.context import JobContext
 
@@ -45,12 +60,30 @@ class Step:
     checked: bool = False  # its tables' warehouse suites run after it (`jobs.validate.STEP_TABLES`)
 
 
+def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
+    """Step T3: DimTrade, then FactHoldings (keyed through DimTrade), and FactCashBalances."""
+    rows = trades.run(ctx, scope)
+    for part in (holdings.run, cash_balances.run):
+        for table, n in part(ctx, scope).items():
+            rows[table] = rows.get(table, 0) + n
+    return rows
+
+
+def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
+    """Step T4: FactMarketHistory and FactWatches."""
+    rows = market_history.run(ctx, scope)
+    for table, n in watches.run(ctx, scope).items():
+        rows[table] = rows.get(table, 0) + n
+    return rows
+
+
 STEPS: tuple[Step, ...] = (
     Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
     Step("T1", securities.run, after=("T0",), checked=True),
     Step("T2", accounts.run, after=("T0",), checked=True),
-    Step("T3", trades.run, after=("T1", "T2"), checked=True),
-    Step("DM", messages.run, after=("T3",)),
+    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True),
+    Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
+    Step("DM", messages.run, after=("T3", "T4")),
 )
 
 

@@ -1,6 +1,6 @@
 """Warehouse suites: validate what a transform step wrote, right after its commits and before migration.
 
-The suites are `expectations/warehouse/<table>.yml` (see `streamdi.quality`). After step T0..T3 of a
+The suites are `expectations/warehouse/<table>.yml` (see `streamdi.quality`). After step T0..T4 of a
 micro-batch commits, each table it builds that has a suite is validated on **the rows this micro-batch wrote
 to it**: the inserts and update post-images of the step's commit (app transaction `<step>/<table>`, version =
 micro-batch id), read back from the Delta change data feed. Validating the commit, not the step's in-memory
@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 STEP_TABLES: dict[str, tuple[Table, ...]] = {
     "T0": (wh.DIM_BROKER,),
     "T1": (wh.DIM_COMPANY, wh.DIM_SECURITY, wh.FINANCIAL),
-    "T2": (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT),
-    "T3": (wh.DIM_TRADE,),
+    "T2": (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.PROSPECT),
+    "T3": (wh.DIM_TRADE, wh.FACT_CASH_BALANCES, wh.FACT_HOLDINGS),
+    "T4": (wh.FACT_MARKET_HISTORY, wh.FACT_WATCHES),
 }
 # Natural key of each SCD2 table: its current versions of the keys a micro-batch touched join the validated rows.
 NATURAL_KEYS: dict[str, str] = {

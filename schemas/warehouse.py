@@ -1,7 +1,11 @@
 """Warehouse tables (TPC-DI 1.1.0, clause 3.2), in the Delta warehouse and in PostgreSQL schema `dw`.
 
 Column names are the specification's names in lower case, so `SELECT datevalue FROM dw.dimdate` reads
-like the spec's `DimDate.DateValue`. Only the tables the pipeline builds so far are declared.
+like the spec's `DimDate.DateValue`. Every table of the specification is declared. A few tables carry, after the
+specification's columns, the natural key their rows are kept by (FactCashBalances `accountid`, FactWatches
+`customerid`/`symbol`/`placed`, FactMarketHistory `symbol`): the specification gives those tables only surrogate
+keys, which change when a dimension's history is recomputed, while a row must keep one identity for its upserts
+(in Delta and in PostgreSQL).
 """
 
 from __future__ import annotations
@@ -190,6 +194,10 @@ DIM_CUSTOMER = Table(
         C("nationaltaxrate", "decimal(6,5)"),
         C("localtaxratedesc", "string"),
         C("localtaxrate", "decimal(6,5)"),
+        C("agencyid", "string", doc="AgencyID of the prospect that matches this version (NULL when none does)"),
+        C("creditrating", "int", doc="CreditRating of the matching prospect"),
+        C("networth", "bigint", doc="NetWorth of the matching prospect"),
+        C("marketingnameplate", "string", doc="MarketingNameplate of the matching prospect"),
         *SCD2,
     ),
     key=("sk_customerid",),
@@ -250,6 +258,130 @@ DIM_TRADE = Table(
     doc="One row per trade; keys fixed at the trade's creation, close date/time from its status history.",
 )
 
+PROSPECT = Table(
+    name="prospect",
+    layer="warehouse",
+    columns=(
+        C("agencyid", "string", False, "the prospect's identity at the marketing agency"),
+        C("sk_recorddateid", "int", False, "DimDate id of the BatchDate of the latest batch that listed the prospect"),
+        C("sk_updatedateid", "int", False, "DimDate id of the BatchDate of the batch that last changed the prospect"),
+        C("batchid", "int", False, "TPC-DI batch that last inserted or changed the prospect"),
+        C("iscustomer", "boolean", False, "matches a current, active DimCustomer (names, address, postal code)"),
+        C("lastname", "string", False),
+        C("firstname", "string", False),
+        C("middleinitial", "string"),
+        C("gender", "string", doc="M, F or U"),
+        C("addressline1", "string"),
+        C("addressline2", "string"),
+        C("postalcode", "string"),
+        C("city", "string", False),
+        C("state", "string", False),
+        C("country", "string"),
+        C("phone", "string"),
+        C("income", "bigint"),
+        C("numbercars", "int"),
+        C("numberchildren", "int"),
+        C("maritalstatus", "string", doc="S, M, D, W or U"),
+        C("age", "int"),
+        C("creditrating", "int"),
+        C("ownorrentflag", "string", doc="O, R or U"),
+        C("employer", "string"),
+        C("numbercreditcards", "int"),
+        C("networth", "bigint"),
+        C("marketingnameplate", "string", doc="'+'-joined tags (HighValue, Expenses, ...); NULL when none applies"),
+    ),
+    key=("agencyid",),
+    order_by=("agencyid",),
+    doc="Marketing prospects from Prospect.csv (a full snapshot in every batch), one row per AgencyID.",
+)
+
+FACT_CASH_BALANCES = Table(
+    name="factcashbalances",
+    layer="warehouse",
+    columns=(
+        C("sk_customerid", "bigint", False, "customer of the account version valid on the day"),
+        C("sk_accountid", "bigint", False, "account version valid on the day"),
+        C("sk_dateid", "int", False, "the day (DimDate id)"),
+        C("cash", "decimal(15,2)", False, "the account's cash balance at the end of the day"),
+        C("batchid", "int", False, "TPC-DI batch of the day's transactions"),
+        C("accountid", "bigint", False, "the account (with sk_dateid, the row's identity)"),
+    ),
+    key=("accountid", "sk_dateid"),
+    order_by=("sk_dateid", "accountid"),
+    pg_indexes=(("sk_accountid",),),
+    file_bytes=4 * 1024 * 1024,  # a micro-batch adds its days at the end of the date order
+    doc="Cash balance of every account at the end of every day with cash transactions.",
+)
+
+FACT_HOLDINGS = Table(
+    name="factholdings",
+    layer="warehouse",
+    columns=(
+        C("tradeid", "bigint", False, "the trade that opened the holding (HH_H_T_ID)"),
+        C("currenttradeid", "bigint", False, "the trade that changed the holding (HH_T_ID)"),
+        C("sk_customerid", "bigint", False),
+        C("sk_accountid", "bigint", False),
+        C("sk_securityid", "bigint", False),
+        C("sk_companyid", "bigint", False),
+        C("currentprice", "decimal(8,2)", doc="trade price of the current trade"),
+        C("currentholding", "int", False, "quantity held after the current trade (HH_AFTER_QTY)"),
+        C("sk_dateid", "int", False, "close date of the current trade"),
+        C("sk_timeid", "int", False, "close time of the current trade"),
+        C("batchid", "int", False, "TPC-DI batch of the HoldingHistory record"),
+    ),
+    key=("tradeid", "currenttradeid"),
+    order_by=("currenttradeid", "tradeid"),
+    pg_indexes=(("currenttradeid",), ("sk_accountid",)),
+    file_bytes=4 * 1024 * 1024,  # a micro-batch's holdings are those of its latest trades
+    doc="One row per change of a holding (HoldingHistory), keyed through the DimTrade row of the current trade.",
+)
+
+FACT_WATCHES = Table(
+    name="factwatches",
+    layer="warehouse",
+    columns=(
+        C("sk_customerid", "bigint", False, "customer version valid on the day the watch was placed"),
+        C("sk_securityid", "bigint", False, "security version valid on the day the watch was placed"),
+        C("sk_dateid_dateplaced", "int", False),
+        C("sk_dateid_dateremoved", "int", doc="NULL while the watch is active"),
+        C("batchid", "int", False, "TPC-DI batch of the watch's latest record (ACTV or CNCL)"),
+        C("customerid", "bigint", False, "W_C_ID (with symbol and placed, the row's identity)"),
+        C("symbol", "string", False, "W_S_SYMB"),
+        C("placed", "timestamp", False, "W_DTS of the ACTV record that placed the watch"),
+    ),
+    key=("customerid", "symbol", "placed"),
+    order_by=("customerid", "symbol", "placed"),
+    pg_indexes=(("sk_customerid",), ("sk_securityid",)),
+    doc="Securities on customers' watch lists: one row per ACTV record, removed by the CNCL that follows it.",
+)
+
+FACT_MARKET_HISTORY = Table(
+    name="factmarkethistory",
+    layer="warehouse",
+    columns=(
+        C("sk_securityid", "bigint", False, "security version valid on the day"),
+        C("sk_companyid", "bigint", False, "company of that security version"),
+        C("sk_dateid", "int", False, "the day (DM_DATE)"),
+        C("peratio", "decimal(10,2)", doc="close / EPS of the last four quarters; NULL without earnings"),
+        C("yield", "decimal(10,2)", False, "dividend / close, in percent"),
+        C("fiftytwoweekhigh", "decimal(8,2)", False, "highest DM_HIGH of the 52 weeks ending on the day"),
+        C("sk_fiftytwoweekhighdate", "int", False, "first day of those 52 weeks with that high"),
+        C("fiftytwoweeklow", "decimal(8,2)", False, "lowest DM_LOW of the 52 weeks ending on the day"),
+        C("sk_fiftytwoweeklowdate", "int", False, "first day of those 52 weeks with that low"),
+        C("closeprice", "decimal(8,2)", False),
+        C("dayhigh", "decimal(8,2)", False),
+        C("daylow", "decimal(8,2)", False),
+        C("volume", "bigint", False),
+        C("batchid", "int", False, "TPC-DI batch of the DailyMarket record"),
+        C("symbol", "string", False, "DM_S_SYMB (with sk_dateid, the row's identity)"),
+    ),
+    key=("symbol", "sk_dateid"),
+    order_by=("sk_dateid", "symbol"),
+    pg_indexes=(("sk_securityid",), ("sk_dateid",)),
+    file_bytes=8 * 1024 * 1024,  # a micro-batch adds its days at the end of the date order
+    doc="Daily market data per security with its 52-week high and low, P/E ratio and yield.",
+)
+
 DI_MESSAGES = Table(
     name="dimessages",
     layer="warehouse",
@@ -268,13 +400,16 @@ DI_MESSAGES = Table(
 )
 
 SECURITY_TABLES: tuple[Table, ...] = (DIM_COMPANY, DIM_SECURITY, FINANCIAL)
-ACCOUNT_TABLES: tuple[Table, ...] = (DIM_CUSTOMER, DIM_ACCOUNT)
+ACCOUNT_TABLES: tuple[Table, ...] = (DIM_CUSTOMER, DIM_ACCOUNT, PROSPECT)
+TRADE_TABLES: tuple[Table, ...] = (DIM_TRADE, FACT_CASH_BALANCES, FACT_HOLDINGS)
+MARKET_TABLES: tuple[Table, ...] = (FACT_MARKET_HISTORY, FACT_WATCHES)
 WAREHOUSE_TABLES: tuple[Table, ...] = (
     *REFERENCE_TABLES,
     DIM_BROKER,
     *SECURITY_TABLES,
     *ACCOUNT_TABLES,
-    DIM_TRADE,
+    *TRADE_TABLES,
+    *MARKET_TABLES,
     DI_MESSAGES,
 )
 

@@ -5,11 +5,13 @@
 
 - `deliver_batch` puts every file of `DIR/BatchK` (audit files included) under `landing/BatchK/`, hard-linked
   when the landing zone is on the same file system (else copied under a temporary name, then renamed), so a
-  collect right after registers the whole batch as one micro-batch.
+  collect right after registers the whole batch as one micro-batch. The batch's audit files at the data set's
+  root go with it: `DIR/BatchK_audit.csv` (the batch's FirstDay and LastDay), and with batch 1
+  `DIR/Generator_audit.csv`, so the staged figures hold everything the audit compares with.
 - `drip_batch` cuts the batch into `parts` pieces per file with the generator's drip mode (contiguous pieces,
   names carrying the TPC-DI batch) and calls `after_group` each time a group of pieces has been delivered:
-  the caller runs the pipeline there, so each group becomes one micro-batch. The audit files go under
-  `landing/BatchK/` with the last group.
+  the caller runs the pipeline there, so each group becomes one micro-batch. The audit files (the folder's and
+  the root's) go under `landing/BatchK/` with the last group.
 """
 
 from __future__ import annotations
@@ -56,11 +58,19 @@ def _place(source: Path, target: Path) -> bool:
     return True
 
 
+def root_audits(data_dir: Path, batch: int) -> list[Path]:
+    """The audit files of TPC-DI batch `batch` at the data set's root: `Batch<batch>_audit.csv` and, for batch 1,
+    `Generator_audit.csv` (those that exist)."""
+    names = [f"Batch{batch}_audit.csv", *(["Generator_audit.csv"] if batch == 1 else [])]
+    return [data_dir / n for n in names if (data_dir / n).is_file()]
+
+
 def deliver_batch(data_dir: Path, batch: int, landing: Path) -> list[str]:
-    """Deliver `data_dir/Batch<batch>` into `landing/Batch<batch>/`; returns the files delivered (new ones)."""
+    """Deliver `data_dir/Batch<batch>` (and the batch's root audit files) into `landing/Batch<batch>/`; returns the
+    files delivered (new ones)."""
     folder = batch_dir(data_dir, batch)
     delivered = []
-    for source in sorted(p for p in folder.iterdir() if p.is_file()):
+    for source in [*sorted(p for p in folder.iterdir() if p.is_file()), *root_audits(data_dir, batch)]:
         if _place(source, landing / folder.name / source.name):
             delivered.append(f"{folder.name}/{source.name}")
     return delivered
@@ -89,7 +99,7 @@ def drip_batch(
             group += 1
             last_of_group[d.seq] = group
     groups = group
-    audits = sorted(folder.glob("*_audit.csv"))
+    audits = [*sorted(folder.glob("*_audit.csv")), *root_audits(data_dir, batch)]
 
     def delivered(d) -> None:
         done = last_of_group.get(d.seq)

@@ -201,8 +201,11 @@ def _bad_values(
 
 
 def _classify(values: dict, batch_date: dt.date) -> set[str]:
+    """The alert figures a new-customer record (a NEW action or a Customer.txt line) counts in, as the official
+    generator counts them: a tier that is absent or not 1-3, a birth date before BatchDate - 100 years or after it.
+    UPDCUST actions are not counted."""
     found = set()
-    if values.get("c_tier") not in (None, "1", "2", "3"):
+    if values.get("c_tier") not in ("1", "2", "3"):
         found.add("C_TIER_INV")
     if values.get("c_dob"):
         dob = dt.date.fromisoformat(values["c_dob"])
@@ -350,8 +353,6 @@ def _batch1(params: Params, out: Output, hist: _History) -> None:
             attrs = _customer_attrs(cid, values, ("c_tier",) if "c_tier" in chosen else ())
             children_fields = chosen | ({"c_local_1"} if "c_area_1" in chosen else set())
             body = [f"\t\t<Customer {attrs}>", *_customer_children(values, children_fields), "\t\t</Customer>"]
-            for alert in _classify({"c_tier": values["c_tier"]} if "c_tier" in chosen else {}, batch_date):
-                counts[alert] += 1
             counts["C_UPDCUST"] += 1
         elif kind == "CLOSEACCT":
             aid = hist.active_accounts[int(rng.integers(0, len(hist.active_accounts)))]

@@ -360,7 +360,7 @@ def _watches(params: Params, out: Output, fw: Finwire, people: People) -> None:
         out.write_audit(
             f"Batch{batch}/WatchHistory_audit.csv",
             [
-                AuditRow("FactWatches", batch, "WH_ACTIVE", actv - (hi - lo - actv)),
+                AuditRow("FactWatches", batch, "WH_ACTIVE", actv),  # ACTV records, as the official generator
                 AuditRow("FactWatches", batch, "WH_RECORDS", hi - lo),
             ],
         )

@@ -19,6 +19,7 @@ from streamdi.lake import Lake
 
 pytestmark = pytest.mark.integration
 
+# the 24 validation rows of the spec's batch validation query, written by hand
 SOURCES = [
     "DimAccount",
     "DimBroker",
@@ -28,12 +29,23 @@ SOURCES = [
     "DimSecurity",
     "DimTime",
     "DimTrade",
+    "FactCashBalances",
+    "FactHoldings",
+    "FactMarketHistory",
+    "FactWatches",
     "Financial",
     "Industry",
+    "Prospect",
     "StatusType",
     "TaxRate",
     "TradeType",
 ]
+JOINED = ["FactCashBalances", "FactHoldings", "FactMarketHistory", "FactWatches"]
+ZERO = (
+    {(s, "Row count"): "0" for s in SOURCES}
+    | {(s, "Row count joined"): "0" for s in JOINED}
+    | {("DimCustomer", "Inactive customers"): "0", ("FactWatches", "Inactive watches"): "0"}
+)
 BATCH1 = dt.date(2017, 7, 7)
 BATCH2 = dt.date(2017, 7, 8)
 
@@ -63,27 +75,67 @@ def arrow(table: Table, rows: list[dict]) -> pa.Table:
     return pa.table({f.name: pa.array([r.get(f.name) for r in rows], f.type) for f in schema}, schema=schema)
 
 
-def test_validation_counts_count_each_table_and_the_current_inactive_customers(spark, tmp_path: Path):
-    lake = Lake(tmp_path / "lake", spark)
-    lake.append(
+def test_validation_counts_count_each_table_the_joined_fact_rows_and_the_inactive_ones(spark, settings, tmp_path):
+    ctx = JobContext(settings, spark=spark, lake=Lake(tmp_path / "lake", spark))
+    lake = ctx.lake
+
+    filler = {"int": 0, "bigint": 0, "string": "", "boolean": False, "date": dt.date(2000, 1, 1)}
+
+    def put(table: Table, rows: list[dict]) -> None:
+        """Append `rows`; a required column they do not name gets a filler value (no count looks at it)."""
+        required = {c.name: filler.get(c.type, 0) for c in table.columns if not c.nullable}
+        lake.append(table, arrow(table, [required | r for r in rows]), app_id="test", version=1)
+
+    put(
         wh.DIM_CUSTOMER,
-        arrow(
-            wh.DIM_CUSTOMER,
-            [
-                customer(1, 1, "Inactive", True),  # counts as inactive
-                customer(2, 2, "Active", True),
-                customer(3, 2, "Inactive", False),  # an old version: not counted
-            ],
-        ),
-        app_id="test",
-        version=1,
+        [
+            customer(1, 1, "Inactive", True),  # counts as inactive
+            customer(2, 2, "Active", True),
+            customer(3, 2, "Inactive", False),  # an old version: not counted
+        ],
     )
-    tables = {"DimCustomer": lake.read(wh.DIM_CUSTOMER), "DimTrade": spark.range(4)}
-    got = {(r[0], r[1]): r[2] for r in messages.validation_counts(spark, tables).collect()}
-    expected = {(s, "Row count"): "0" for s in SOURCES}
-    expected[("DimCustomer", "Row count")] = "3"
-    expected[("DimTrade", "Row count")] = "4"
-    expected[("DimCustomer", "Inactive customers")] = "1"
+    broker = {"sk_brokerid": 9, "brokerid": 9, "firstname": "A", "lastname": "B", "iscurrent": True, "batchid": 1}
+    put(wh.DIM_BROKER, [broker | {"effectivedate": dt.date(1950, 1, 1), "enddate": dt.date(9999, 12, 31)}])
+    account = {"accountid": 5, "sk_customerid": 1, "status": "Active", "iscurrent": True, "batchid": 1}
+    account |= {"effectivedate": dt.date(2015, 1, 1), "enddate": dt.date(9999, 12, 31)}
+    put(
+        wh.DIM_ACCOUNT,
+        [account | {"sk_accountid": 50, "sk_brokerid": 9}, account | {"sk_accountid": 51, "sk_brokerid": 8}],
+    )
+    put(wh.DIM_DATE, [{"sk_dateid": 20170707, "datevalue": dt.date(2017, 7, 7)}])
+    cash = {"sk_customerid": 1, "cash": 1, "batchid": 1}
+    put(
+        wh.FACT_CASH_BALANCES,
+        [
+            cash | {"accountid": 5, "sk_accountid": 50, "sk_dateid": 20170707},  # joins
+            cash | {"accountid": 6, "sk_accountid": 51, "sk_dateid": 20170707},  # its account's broker does not exist
+            cash | {"accountid": 7, "sk_accountid": 50, "sk_dateid": 20170708},  # its day is not in DimDate
+        ],
+    )
+    watch = {"sk_customerid": 2, "sk_securityid": 77, "sk_dateid_dateplaced": 20170707, "batchid": 1}
+    put(
+        wh.FACT_WATCHES,
+        [
+            watch
+            | {"customerid": 2, "symbol": "A", "placed": dt.datetime(2017, 7, 7), "sk_dateid_dateremoved": 20170707},
+            watch | {"customerid": 2, "symbol": "B", "placed": dt.datetime(2017, 7, 7)},
+        ],
+    )
+    got = messages.validation_counts(ctx)
+    assert list(got) == [(s, t) for s, t in messages.VALIDATION_MESSAGES]
+    assert len(got) == 24
+    expected = {k: int(v) for k, v in ZERO.items()} | {
+        ("DimCustomer", "Row count"): 3,
+        ("DimCustomer", "Inactive customers"): 1,
+        ("DimBroker", "Row count"): 1,
+        ("DimAccount", "Row count"): 2,
+        ("DimDate", "Row count"): 1,
+        ("FactCashBalances", "Row count"): 3,
+        ("FactCashBalances", "Row count joined"): 1,
+        ("FactWatches", "Row count"): 2,
+        ("FactWatches", "Row count joined"): 0,  # security 77 is in no DimSecurity
+        ("FactWatches", "Inactive watches"): 1,
+    }
     assert got == expected
 
 
@@ -114,11 +166,10 @@ def dm_ctx(spark, settings, lake_dir: Path) -> JobContext:
 def test_first_micro_batch_of_batch1_writes_batch0_and_batch1(dm_ctx: JobContext):
     scope = BatchScope(batch_id=1, source_batches=(1,), batch_dates={1: BATCH1})
     written = messages.run(dm_ctx, scope)
-    assert written == {"dimessages": 30}  # (13 row counts + inactive customers + PCR) x batches 0 and 1
+    assert written == {"dimessages": 50}  # (24 validation rows + PCR) x batches 0 and 1
     rows = dimessages(dm_ctx)
-    assert len(rows) == 30
-    zero = {(s, "Row count"): "0" for s in SOURCES} | {("DimCustomer", "Inactive customers"): "0"}
-    assert validation(rows, 0) == zero
+    assert len(rows) == 50
+    zero = ZERO
     assert validation(rows, 1) == zero | {("DimCustomer", "Row count"): "2", ("DimCustomer", "Inactive customers"): "1"}
     pcr = [r for r in rows if r["messagetype"] == "PCR"]
     assert [(r["batchid"], r["messagesource"], r["messagetext"], r["messagedata"], r["messagekey"]) for r in pcr] == [
@@ -128,7 +179,12 @@ def test_first_micro_batch_of_batch1_writes_batch0_and_batch1(dm_ctx: JobContext
     # the BatchDate of the message's batch, not the wall clock; batch 0 has none
     assert {r["messagedateandtime"] for r in rows if r["batchid"] == 1} == {dt.datetime(2017, 7, 7, tzinfo=dt.UTC)}
     assert {r["messagedateandtime"] for r in rows if r["batchid"] == 0} == {None}
-    assert {r["messagekey"] for r in rows if r["messagetype"] == "Validation"} == {"Row count", "Inactive customers"}
+    assert {r["messagekey"] for r in rows if r["messagetype"] == "Validation"} == {
+        "Row count",
+        "Row count joined",
+        "Inactive customers",
+        "Inactive watches",
+    }
 
 
 def test_a_later_micro_batch_of_the_same_batch_replaces_its_rows(dm_ctx: JobContext):
@@ -140,9 +196,9 @@ def test_a_later_micro_batch_of_the_same_batch_replaces_its_rows(dm_ctx: JobCont
         version=2,
     )
     scope = BatchScope(batch_id=2, source_batches=(1,), batch_dates={1: BATCH1})
-    assert messages.run(dm_ctx, scope) == {"dimessages": 30}
+    assert messages.run(dm_ctx, scope) == {"dimessages": 50}
     rows = dimessages(dm_ctx)
-    assert len(rows) == 30  # replaced, not duplicated
+    assert len(rows) == 50  # replaced, not duplicated
     assert validation(rows, 1)[("DimCustomer", "Row count")] == "3"
     assert validation(rows, 1)[("DimCustomer", "Inactive customers")] == "2"
     assert validation(rows, 0)[("DimCustomer", "Row count")] == "0"
@@ -182,9 +238,9 @@ def test_the_next_batch_adds_its_rows_and_leaves_earlier_batches_and_alerts_alon
         app_id="test/brokers",
         version=3,
     )
-    assert messages.run(dm_ctx, scope) == {"dimessages": 15}
+    assert messages.run(dm_ctx, scope) == {"dimessages": 25}
     rows = dimessages(dm_ctx)
-    assert len(rows) == 46  # 30 of batches 0 and 1, 15 of batch 2, 1 alert
+    assert len(rows) == 76  # 50 of batches 0 and 1, 25 of batch 2, 1 alert
     assert validation(rows, 2)[("DimBroker", "Row count")] == "1"
     assert validation(rows, 2)[("DimCustomer", "Row count")] == "3"
     assert validation(rows, 1)[("DimBroker", "Row count")] == "0"  # batch 1 is not recounted by batch 2

@@ -1,14 +1,16 @@
-"""T2 (jobs.accounts): DimCustomer, DimAccount and the customer alerts from hand-written staged records.
+"""T2 (jobs.accounts, jobs.prospect): DimCustomer, DimAccount, Prospect and the customer alerts from hand-written
+staged records.
 
 Every expected row is written out by hand from the rules in the module docstring (TPC-DI 1.1.0, 4.5 DimCustomer
 and DimAccount). Surrogate keys follow the declared rule `natural * 100000 + days since 1900-01-01`, restated
 here (`sk`), not taken from the code under test.
 
 The scenario: a CustomerMgmt.xml (TPC-DI batch 1, BatchDate 2017-07-07) with every action type, then an
-incremental batch 2 (BatchDate 2017-07-08) with Customer.txt and Account.txt. It is loaded once as two
-micro-batches (module fixture `loaded`), and once more cut into four micro-batches with the BatchDates arriving
-late, Customer.txt split in two files delivered in reverse DSN order and an account arriving before its
-customer (`split`); both must end in identical tables.
+incremental batch 2 (BatchDate 2017-07-08) with Customer.txt and Account.txt, and a Prospect.csv snapshot in each.
+It is loaded once as two micro-batches (module fixture `loaded`), and once more cut into five micro-batches with
+the BatchDates arriving late, Customer.txt split in two files delivered in reverse DSN order, an account arriving
+before its customer and prospect lines arriving after the customers they match (`split`); both must end in
+identical tables.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ OPEN = D(9999, 12, 31)
 B1, B2 = D(2017, 7, 7), D(2017, 7, 8)  # BatchDates of TPC-DI batches 1 and 2
 XML = "Batch1/CustomerMgmt.xml"
 CUST, CUST_B, ACCT = "Batch2/Customer.txt", "Batch2/Customer_2.txt", "Batch2/Account.txt"
+PROSPECT1, PROSPECT2 = "Batch1/Prospect.csv", "Batch2/Prospect.csv"
 
 
 def sk(natural: int, day: D) -> int:
@@ -140,6 +143,31 @@ def account_line(dsn: int, flag: str, ca_id: int, b_id: int, c_id: int, name: st
         "line_no": dsn,
     }
 
+
+def prospect_line(agency: str, batch: int, line: int, file: str | None = None, **fields) -> dict:
+    """A staged Prospect.csv line: every field NULL unless given."""
+    row = {c.name: None for c in src.PROSPECT.columns}
+    row.update(agencyid=agency, **fields)
+    row.update(source_batch=batch, source_file=file or (PROSPECT1 if batch == 1 else PROSPECT2), line_no=line)
+    return row
+
+
+# the customers' default match parts (FULL_CUSTOMER), spelt in other cases as prospects may spell them
+PELLAND = dict(lastname="PELLAND", firstname="ingrid", addressline1="1 misty upper", addressline2="APT 2",
+               postalcode="22659", city="Quebec", state="QC")  # fmt: skip
+AAA9 = prospect_line("AAA9", 1, 1, **PELLAND, income=250_000, numberchildren=4, age=50, creditrating=700,
+                     networth=50_000, numbercars=1, numbercreditcards=2, gender="f", maritalstatus="m")  # fmt: skip
+BBB1 = prospect_line("BBB1", 1, 2, **PELLAND, creditrating=800, networth=10)  # same key, greater id: not used
+CCC1 = prospect_line("CCC1", 1, 3, **{**PELLAND, "lastname": "Nakamura"}, networth=2_000_000, age=20,
+                     creditrating=550, gender="X", ownorrentflag="o")  # fmt: skip
+DDD1 = prospect_line("DDD1", 1, 4, lastname="Doe", firstname="Jo", addressline1="9 Elm", postalcode="1",
+                     city="Town", state="ON", numbercars=4, numbercreditcards=8)  # fmt: skip
+PROSPECTS_1 = [AAA9, BBB1, CCC1, DDD1]
+# batch 2: AAA9 and BBB1 dropped, CCC1 changed (credit rating), DDD1 unchanged, EEE1 new
+CCC1_2 = {**CCC1, "creditrating": 650, "source_batch": 2, "source_file": PROSPECT2, "line_no": 1}
+DDD1_2 = {**DDD1, "source_batch": 2, "source_file": PROSPECT2, "line_no": 2}
+EEE1 = prospect_line("EEE1", 2, 3, **PELLAND, income=60_000, creditrating=650, networth=150_000, age=30)
+PROSPECTS_2 = [CCC1_2, DDD1_2, EEE1]
 
 # The CustomerMgmt.xml of the scenario, in file order.
 ACTIONS = [
@@ -249,8 +277,10 @@ def stage(ctx: JobContext, micro: int, table, rows: list[dict]) -> None:
     write(ctx, table, [{**r, "batch_id": micro} for r in rows])
 
 
-def scope(micro: int, files: list[str], dates: dict[int, D], newly: tuple[int, ...] = ()) -> BatchScope:
-    return BatchScope(micro, (), dates, newly, {f: i for i, f in enumerate(files)})
+def scope(
+    micro: int, files: list[str], dates: dict[int, D], newly: tuple[int, ...] = (), batches: tuple[int, ...] = ()
+) -> BatchScope:
+    return BatchScope(micro, batches, dates, newly, {f: i for i, f in enumerate(files)})
 
 
 def table(ctx: JobContext, t) -> list[dict]:
@@ -262,10 +292,13 @@ def loaded(spark, tmp_path_factory):
     """The scenario in two micro-batches: 1 = CustomerMgmt.xml (batch 1 dated), 2 = the batch 2 files."""
     ctx = make_context(spark, tmp_path_factory.mktemp("t2-loaded"))
     stage(ctx, 1, CUSTOMER_MGMT, ACTIONS)
-    first = accounts.run(ctx, scope(1, [XML, "Batch1/BatchDate.txt"], {1: B1}, (1,)))
+    stage(ctx, 1, src.PROSPECT.staging, PROSPECTS_1)
+    first = accounts.run(ctx, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
     stage(ctx, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
     stage(ctx, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
-    second = accounts.run(ctx, scope(2, [CUST, ACCT, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,)))
+    stage(ctx, 2, src.PROSPECT.staging, PROSPECTS_2)
+    files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
+    second = accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
     return ctx, first, second
 
 
@@ -297,6 +330,10 @@ def customer(cid: int, eff: D, end: D, batch: int, **fields) -> dict:
         nationaltaxrate=Decimal("0.1"),
         localtaxratedesc="Local one",
         localtaxrate=Decimal("0.01"),
+        agencyid=None,
+        creditrating=None,
+        networth=None,
+        marketingnameplate=None,
         iscurrent=end == OPEN,
         batchid=batch,
         effectivedate=eff,
@@ -309,19 +346,54 @@ def customer(cid: int, eff: D, end: D, batch: int, **fields) -> dict:
 C1_UPD = dict(addressline1="2 Congress Court", postalcode="85680", phone2="+44 (20) 7946-0000", email2=None,
               localtaxratedesc="Local two", localtaxrate=Decimal("0.02"))  # fmt: skip
 C2 = dict(gender="U", tier=None, phone1="(415) 555-0100", phone2="555-019912", phone3=None)
+# Demographics of the prospect matching a version in its batch's snapshot (names, address and postal code equal
+# upper-cased): batch 1 versions with the default match parts match AAA9 and BBB1 -- AAA9, the smaller id --,
+# customer 3 (Nakamura) matches CCC1, batch 2 versions match EEE1; customer 1 after its UPDCUST moved: none.
+# Nameplates written out from the rules: AAA9 income > 200,000, 4 children, age 50, net worth < 100,000; CCC1
+# net worth > 1,000,000, credit rating < 600, age < 25 and net worth > 1,000,000; EEE1: no tag.
+AAA9_TAGS = "HighValue+Expenses+Boomer+MoneyAlert"
+BY_AAA9 = dict(agencyid="AAA9", creditrating=700, networth=50_000, marketingnameplate=AAA9_TAGS)
+BY_CCC1 = dict(
+    agencyid="CCC1", creditrating=550, networth=2_000_000, marketingnameplate="HighValue+MoneyAlert+Inherited"
+)
+BY_EEE1 = dict(agencyid="EEE1", creditrating=650, networth=150_000, marketingnameplate=None)
 
 EXPECTED_CUSTOMERS = [
-    customer(1, D(2007, 7, 9), D(2007, 7, 12), 1),
+    customer(1, D(2007, 7, 9), D(2007, 7, 12), 1, **BY_AAA9),
     customer(1, D(2007, 7, 12), D(2007, 7, 20), 1, **C1_UPD),
     customer(1, D(2007, 7, 20), OPEN, 1, **C1_UPD, status="Inactive"),
-    customer(2, D(2007, 7, 11), B2, 1, **C2),
+    customer(2, D(2007, 7, 11), B2, 1, **C2, **BY_AAA9),
     # Customer.txt lines carry every field; DSN 3 is the day's last change of customer 2
-    customer(2, B2, OPEN, 2, tier=3, email1="two@two.com", email2=None),
-    customer(3, D(2007, 7, 16), OPEN, 1, lastname="Nakamura", gender="M"),
-    customer(4, B2, OPEN, 2, tier=None, dob=D(2018, 1, 1), phone1="967-4725", email1="ingrid@aggies.com"),
-    customer(5, D(2007, 7, 17), D(2007, 7, 18), 1, tier=4, dob=D(1917, 7, 6), gender="U"),
-    customer(5, D(2007, 7, 18), D(2007, 7, 19), 1, tier=0, dob=D(1917, 7, 6), gender="U"),
-    customer(5, D(2007, 7, 19), OPEN, 1, tier=0, dob=D(1917, 7, 6), gender="U", city="Oakland"),
+    customer(2, B2, OPEN, 2, tier=3, email1="two@two.com", email2=None, **BY_EEE1),
+    customer(3, D(2007, 7, 16), OPEN, 1, lastname="Nakamura", gender="M", **BY_CCC1),
+    customer(4, B2, OPEN, 2, tier=None, dob=D(2018, 1, 1), phone1="967-4725", email1="ingrid@aggies.com", **BY_EEE1),
+    customer(5, D(2007, 7, 17), D(2007, 7, 18), 1, tier=4, dob=D(1917, 7, 6), gender="U", **BY_AAA9),
+    customer(5, D(2007, 7, 18), D(2007, 7, 19), 1, tier=0, dob=D(1917, 7, 6), gender="U", **BY_AAA9),
+    customer(5, D(2007, 7, 19), OPEN, 1, tier=0, dob=D(1917, 7, 6), gender="U", city="Oakland", **BY_AAA9),
+]
+
+
+def prospect(line: dict, record: D, update: D, batch: int, is_customer: bool, nameplate: str | None, **fixed) -> dict:
+    """An expected Prospect row: the line's fields (Gender, MaritalStatus, OwnOrRentFlag as `fixed` says)."""
+    fields = {c.name: line[c.name] for c in src.PROSPECT.columns}
+    ids = {"sk_recorddateid": int(record.strftime("%Y%m%d")), "sk_updatedateid": int(update.strftime("%Y%m%d"))}
+    row = {"agencyid": fields.pop("agencyid"), **ids, "batchid": batch, "iscustomer": is_customer}
+    return (
+        row
+        | fields
+        | dict(gender="U", maritalstatus="U", ownorrentflag="U")
+        | fixed
+        | {"marketingnameplate": nameplate}
+    )
+
+
+EXPECTED_PROSPECTS = [
+    # dropped from batch 2's snapshot: as batch 1 left them; customers 2 and 5 were current and active then
+    prospect(AAA9, B1, B1, 1, True, AAA9_TAGS, gender="F", maritalstatus="M"),
+    prospect(BBB1, B1, B1, 1, True, "MoneyAlert"),
+    prospect(CCC1_2, B2, B2, 2, True, "HighValue+Inherited", ownorrentflag="O"),  # changed in batch 2
+    prospect(DDD1_2, B2, B1, 1, False, "Expenses+Spender"),  # listed again unchanged
+    prospect(EEE1, B2, B2, 2, True, None),  # new: matches customers 2 and 4
 ]
 
 
@@ -388,10 +460,12 @@ def alert(batch: int, text: str, data: str, key: str, source: str = "DimCustomer
     )
 
 
+# Tier and birth date are checked on new-customer records only: NEW actions (customer 2's has no C_TIER at all,
+# customer 5's a 4) and Customer.txt lines (customer 4's empty tier); the UPDCUST of customer 5 with tier 0 is not.
 EXPECTED_MESSAGES = [
     alert(1, "DOB out of range", "C_ID = 5, C_DOB = 1917-07-06", "dob C_ID=5 ACTION_SEQ=10"),
+    alert(1, "Invalid customer tier", "C_ID = 2, C_TIER = ", "tier C_ID=2 ACTION_SEQ=3"),
     alert(1, "Invalid customer tier", "C_ID = 5, C_TIER = 4", "tier C_ID=5 ACTION_SEQ=10"),
-    alert(1, "Invalid customer tier", "C_ID = 5, C_TIER = 0", "tier C_ID=5 ACTION_SEQ=11"),
     alert(
         2,
         "Account not loaded",
@@ -419,51 +493,66 @@ def test_accounts_follow_their_actions_and_every_new_version_of_their_customer(l
     assert by(table(ctx, wh.DIM_ACCOUNT), "accountid", "effectivedate") == EXPECTED_ACCOUNTS
 
 
-def test_tier_and_dob_alerts_one_per_record_carrying_the_value_and_unresolved_accounts(loaded):
+def test_tier_and_dob_alerts_of_new_customer_records_and_unresolved_accounts(loaded):
     ctx, _, _ = loaded
     assert by(table(ctx, wh.DI_MESSAGES), "batchid", "messagesource", "messagekey") == EXPECTED_MESSAGES
 
 
+def test_prospects_from_every_snapshot_with_their_dates_batch_and_customer_match(loaded):
+    ctx, _, _ = loaded
+    assert by(table(ctx, wh.PROSPECT), "agencyid") == EXPECTED_PROSPECTS
+
+
 def test_rows_reported_per_table(loaded):
     _, first, second = loaded
-    # batch 1: every version of customers 1, 2, 3, 5 and of accounts 100..500; the 3 alerts
-    assert first == {"dimcustomer": 8, "dimaccount": 13, "dimessages": 3}
-    # batch 2: customers 2 and 4 (all their versions), accounts 200 and 400; the 3 alerts of batch 2
-    assert second == {"dimcustomer": 3, "dimaccount": 3, "dimessages": 3}
+    # batch 1: every version of customers 1, 2, 3, 5 and of accounts 100..500; the 3 alerts; the 4 prospects
+    assert first == {"dimcustomer": 8, "dimaccount": 13, "dimessages": 3, "prospect": 4}
+    # batch 2: customers 2 and 4 (all their versions), accounts 200 and 400; the 3 alerts of batch 2; the
+    # prospects batch 2 lists (the dropped ones are not recomputed)
+    assert second == {"dimcustomer": 3, "dimaccount": 3, "dimessages": 3, "prospect": 3}
 
 
 def test_rerunning_a_committed_micro_batch_changes_nothing(loaded):
     ctx, _, _ = loaded
-    tables = (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES)
+    tables = (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT)
     before = {t.name: (ctx.lake.version(t), table(ctx, t)) for t in tables}
-    again = accounts.run(ctx, scope(2, [CUST, ACCT, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,)))
+    files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
+    again = accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
     assert again == {}
     assert {t.name: (ctx.lake.version(t), table(ctx, t)) for t in tables} == before
 
 
 def test_any_split_into_micro_batches_in_any_order_gives_the_same_tables(loaded, spark, tmp_path_factory):
-    """Four micro-batches: the XML before any BatchDate (versions now, alerts when batch 1 is dated); then
-    Account.txt with the second half of Customer.txt (DSN 3, the later change of customer 2 that day) and both
-    BatchDates: account 400 names customer 4, not staged yet, so it waits with an alert; then the first half
-    of Customer.txt (DSN 1 and 2), with DSN 2 delivered twice, resolves it and the alert goes away; then
-    nothing relevant."""
+    """Five micro-batches: the XML with half of batch 1's prospects before any BatchDate (versions now, alerts
+    when batch 1 is dated); then the BatchDate of batch 1 with the other prospects, among them AAA9, which the
+    customers already built match (they are rebuilt with its demographics); then Account.txt with the second half
+    of Customer.txt (DSN 3, the later change of customer 2 that day), the BatchDate of batch 2 and one prospect
+    line: account 400 names customer 4, not staged yet, so it waits with an alert; then the first half of
+    Customer.txt (DSN 1 and 2), with DSN 2 delivered twice, and the rest of batch 2's prospects resolve it and
+    the alert goes away; then nothing relevant."""
     ctx, _, _ = loaded
     split = make_context(spark, tmp_path_factory.mktemp("t2-split"))
     stage(split, 1, CUSTOMER_MGMT, ACTIONS)
-    assert accounts.run(split, scope(1, [XML], {}))["dimessages"] == 0
-    stage(split, 2, src.CUSTOMER.staging, [{**CUSTOMER_LINES[2], "source_file": CUST_B, "line_no": 1}])
-    stage(split, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
-    accounts.run(
-        split, scope(2, [CUST_B, ACCT, "Batch1/BatchDate.txt", "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (1, 2))
-    )
+    stage(split, 1, src.PROSPECT.staging, [{**p, "source_file": "Batch1/Prospect_a.csv"} for p in (BBB1, CCC1)])
+    assert accounts.run(split, scope(1, [XML, "Batch1/Prospect_a.csv"], {}, (), (1,)))["dimessages"] == 0
+    stage(split, 2, src.PROSPECT.staging, [{**p, "source_file": "Batch1/Prospect_b.csv"} for p in (AAA9, DDD1)])
+    accounts.run(split, scope(2, ["Batch1/BatchDate.txt", "Batch1/Prospect_b.csv"], {1: B1}, (1,), (1,)))
+    assert {r["agencyid"] for r in table(split, wh.DIM_CUSTOMER) if r["customerid"] == 5} == {"AAA9"}
+    stage(split, 3, src.CUSTOMER.staging, [{**CUSTOMER_LINES[2], "source_file": CUST_B, "line_no": 1}])
+    stage(split, 3, src.ACCOUNT.staging, ACCOUNT_LINES)
+    stage(split, 3, src.PROSPECT.staging, [{**CCC1_2, "source_file": "Batch2/Prospect_a.csv"}])
+    files = [CUST_B, ACCT, "Batch2/BatchDate.txt", "Batch2/Prospect_a.csv"]
+    accounts.run(split, scope(3, files, {1: B1, 2: B2}, (2,), (2,)))
     waiting = [m for m in table(split, wh.DI_MESSAGES) if m["messagekey"] == "CA_ID=400"]
     assert [m["messagedata"] for m in waiting] == ["CA_ID = 400: no DimCustomer version of C_ID = 4 on 2017-07-08"]
     assert 400 not in {r["accountid"] for r in table(split, wh.DIM_ACCOUNT)}
     duplicate = {**CUSTOMER_LINES[1], "source_file": "Batch2/Customer_again.txt", "line_no": 1}
-    stage(split, 3, src.CUSTOMER.staging, [*CUSTOMER_LINES[:2], duplicate])
-    accounts.run(split, scope(3, [CUST, "Batch2/Customer_again.txt"], {1: B1, 2: B2}))
-    assert accounts.run(split, scope(4, ["Batch2/Trade.txt"], {1: B1, 2: B2})) == {}
-    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES):
+    stage(split, 4, src.CUSTOMER.staging, [*CUSTOMER_LINES[:2], duplicate])
+    stage(split, 4, src.PROSPECT.staging, [{**p, "source_file": "Batch2/Prospect_b.csv"} for p in (DDD1_2, EEE1)])
+    files = [CUST, "Batch2/Customer_again.txt", "Batch2/Prospect_b.csv"]
+    accounts.run(split, scope(4, files, {1: B1, 2: B2}, (), (2,)))
+    assert accounts.run(split, scope(5, ["Batch2/Trade.txt"], {1: B1, 2: B2}, (), (2,))) == {}
+    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
         assert table(split, t) == table(ctx, t), t.name
 
 
@@ -484,11 +573,14 @@ def test_records_selected_in_spark_give_the_same_tables(loaded, spark, tmp_path_
     monkeypatch.setattr(accounts, "DRIVER_KEYS", -1)
     again = make_context(spark, tmp_path_factory.mktemp("t2-spark-selects"))
     stage(again, 1, CUSTOMER_MGMT, ACTIONS)
-    accounts.run(again, scope(1, [XML, "Batch1/BatchDate.txt"], {1: B1}, (1,)))
+    stage(again, 1, src.PROSPECT.staging, PROSPECTS_1)
+    accounts.run(again, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
     stage(again, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
     stage(again, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
-    accounts.run(again, scope(2, [CUST, ACCT, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,)))
-    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES):
+    stage(again, 2, src.PROSPECT.staging, PROSPECTS_2)
+    files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
+    accounts.run(again, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
+    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
         assert table(again, t) == table(ctx, t), t.name
 
 
@@ -520,6 +612,8 @@ def test_gender_normalisation(spark):
 def test_files_decide_what_a_micro_batch_touches():
     t = accounts.triggers(scope(5, ["x/Batch1/CustomerMgmt.xml", "Batch1/HR.csv"], {}))
     assert (t.records, t.statuses, t.tax_rates, t.brokers, t.dated) == (True, False, False, True, False)
+    t = accounts.triggers(scope(5, ["Batch2/Prospect_batch2_0003.csv"], {}))
+    assert (t.records, t.prospects, t.any) == (False, True, True)
     t = accounts.triggers(scope(5, ["Batch1/StatusType.txt", "Batch1/TaxRate.txt"], {1: B1}, (1,)))
     assert (t.records, t.statuses, t.tax_rates, t.brokers, t.dated) == (False, True, True, False, True)
     assert not accounts.triggers(scope(5, ["Batch2/Trade.txt", "Batch2/Customer_audit.csv"], {})).any

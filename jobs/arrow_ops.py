@@ -1,0 +1,157 @@
+"""Small vectorized building blocks for the transforms that run on Arrow tables in the driver (Prospect and the
+fact tables): grouping sorted rows, null-aware comparisons, DimDate/DimTime ids and exact money arithmetic.
+
+Every function is pure (no I/O) and deterministic: results depend only on the values, never on chunking or on
+the order of equal rows, which the callers fix by sorting on every column that matters first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+EPOCH = dt.date(1970, 1, 1)
+
+
+def column(data: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
+    """One column as a single Arrow array (chunks combined)."""
+    col = data[name]
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def sort(data: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """`data` sorted by `keys`, ascending, NULLs first (a total, deterministic order when `keys` identify rows)."""
+    if data.num_rows == 0:
+        return data
+    return data.sort_by([(k, "ascending", "at_start") for k in keys])
+
+
+def same_as_previous(data: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Row i: whether row i equals row i-1 in every one of `keys` (NULL equals NULL); row 0 is False."""
+    n = data.num_rows
+    same = np.ones(n, dtype=bool)
+    if n == 0:
+        return same
+    same[0] = False
+    for key in keys:
+        col = column(data, key)
+        same[1:] &= equal_or_both_null(col.slice(1), col.slice(0, n - 1))
+    return same
+
+
+def equal_or_both_null(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Element-wise: equal values, or both NULL (as a numpy bool array)."""
+    eq = pc.fill_null(pc.equal(a, b), False)
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    return np.asarray(pc.or_(eq, both_null), dtype=bool)
+
+
+def group_starts(data: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Indices of the first row of every run of equal `keys` in `data` (sorted by `keys`)."""
+    return np.flatnonzero(~same_as_previous(data, keys))
+
+
+def last_of_groups(data: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The last row of every run of equal `keys` in `data` (sorted by `keys` and then by what decides the last)."""
+    if data.num_rows == 0:
+        return data
+    starts = group_starts(data, keys)
+    ends = np.r_[starts[1:], data.num_rows] - 1
+    return data.take(pa.array(ends))
+
+
+def first_of_groups(data: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The first row of every run of equal `keys` in `data` (sorted by `keys` and then by what decides the first)."""
+    if data.num_rows == 0:
+        return data
+    return data.take(pa.array(group_starts(data, keys)))
+
+
+def group_ids(data: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """For `data` sorted by `keys`: the 0-based number of each row's run of equal keys."""
+    return np.cumsum(~same_as_previous(data, keys)) - 1
+
+
+def days(dates: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Days since 1970-01-01 of a date32 column (int64; NULL is not allowed)."""
+    arr = dates.combine_chunks() if isinstance(dates, pa.ChunkedArray) else dates
+    if arr.null_count:
+        raise ValueError("days() of a column with NULLs")
+    return arr.cast(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def date_ids(day_numbers: np.ndarray) -> np.ndarray:
+    """DimDate's SK_DateID (yyyymmdd) of days since 1970-01-01."""
+    as_dates = np.asarray(day_numbers, dtype="datetime64[D]")
+    years = as_dates.astype("datetime64[Y]").astype(np.int64) + 1970
+    months = as_dates.astype("datetime64[M]").astype(np.int64) % 12 + 1
+    mday = (as_dates - as_dates.astype("datetime64[M]")).astype(np.int64) + 1
+    return years * 10000 + months * 100 + mday
+
+
+def date_id(day: dt.date) -> int:
+    """DimDate's SK_DateID (yyyymmdd) of a date."""
+    return day.year * 10000 + day.month * 100 + day.day
+
+
+def time_ids(timestamps: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """DimTime's SK_TimeID (hhmmss) of timestamps, truncated to the second."""
+    arr = timestamps.combine_chunks() if isinstance(timestamps, pa.ChunkedArray) else timestamps
+    seconds = pc.cast(arr, pa.timestamp("s", tz=arr.type.tz)).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    of_day = np.mod(seconds, 86400)
+    return (of_day // 3600) * 10000 + (of_day // 60 % 60) * 100 + of_day % 60
+
+
+def timestamp_days(timestamps: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Days since 1970-01-01 of timestamps (UTC wall clock)."""
+    arr = timestamps.combine_chunks() if isinstance(timestamps, pa.ChunkedArray) else timestamps
+    seconds = pc.cast(arr, pa.timestamp("s", tz=arr.type.tz)).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return np.floor_divide(seconds, 86400)
+
+
+def cents(values: pa.Array | pa.ChunkedArray, scale: int = 2) -> np.ndarray:
+    """Exact integer hundredths (10**scale units) of a decimal column (int64; NULL becomes 0, callers mask it)."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not pa.types.is_decimal(arr.type):
+        raise TypeError(f"cents() of a {arr.type} column")
+    if arr.type.scale != scale:
+        arr = arr.cast(pa.decimal128(max(arr.type.precision + scale - arr.type.scale, 1), scale))
+    # the unscaled integer of every decimal128 value is its first 8 bytes (little endian, values below 2**63)
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset * 2 : (arr.offset + len(arr)) * 2 : 2].copy()
+    if arr.null_count:
+        raw[np.asarray(arr.is_null(), dtype=bool)] = 0
+    return raw
+
+
+def decimals(units: np.ndarray, precision: int, scale: int, valid: np.ndarray | None = None) -> pa.Array:
+    """A decimal128(precision, scale) array from exact integer units of 10**-scale (NULL where not `valid`)."""
+    units = np.asarray(units, dtype=np.int64)
+    words = np.zeros(2 * len(units), dtype=np.int64)
+    words[0::2] = units
+    words[1::2] = np.where(units < 0, -1, 0)  # the high word: sign extension
+    validity, nulls = None, 0
+    if valid is not None:
+        valid = np.asarray(valid, dtype=bool)
+        nulls = int(len(valid) - valid.sum())
+        validity = pa.array(valid, pa.bool_()).buffers()[1] if nulls else None
+    return pa.Array.from_buffers(
+        pa.decimal128(precision, scale), len(units), [validity, pa.py_buffer(words)], null_count=nulls
+    )
+
+
+def divide_round_half_up(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator rounded to the nearest integer, halves away from zero (denominator != 0)."""
+    num = np.asarray(numerator, dtype=np.int64)
+    den = np.asarray(denominator, dtype=np.int64)
+    negative = (num < 0) != (den < 0)
+    q = (2 * np.abs(num) + np.abs(den)) // (2 * np.abs(den))
+    return np.where(negative, -q, q)
+
+
+def upper(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return pc.utf8_upper(arr.cast(pa.large_string()))

@@ -1,0 +1,277 @@
+"""Prospect (step T2, after DimCustomer) and the demographic columns of DimCustomer.
+
+Implements TPC-DI 1.1.0 clause 4.5 for Prospect (historical and incremental) and the DimCustomer fields AgencyID,
+CreditRating, NetWorth and MarketingNameplate. Prospect.csv is a full snapshot of the marketing agency's prospects
+in every TPC-DI batch (no CDC columns); a prospect is identified by its AgencyID.
+
+**Prospect**, one row per AgencyID, from the prospect's lines in the snapshots staged so far (batches whose
+BatchDate is known):
+- the fields LastName .. NetWorth: those of its latest line; Gender, MaritalStatus and OwnOrRentFlag are
+  upper-cased and, when not one of the table's values (M/F; S/M/D/W; O/R), `U`;
+- SK_RecordDateID: the DimDate id (yyyymmdd) of the BatchDate of the latest batch whose snapshot lists it;
+- SK_UpdateDateID and BatchID: the BatchDate's DimDate id and the number of the batch that last inserted or changed
+  it, i.e. the first snapshot whose line differs, in any field, from the line of the snapshot before it that
+  listed the prospect (its first snapshot when it never changed). A prospect missing from a later snapshot keeps
+  its row (nothing in the specification deletes one) and, listed again unchanged, its update date;
+- IsCustomer: whether a current DimCustomer version with status Active matches it, once the customer records of
+  its latest batch are in. A prospect and a customer match when FirstName, LastName, AddressLine1, AddressLine2
+  and PostalCode are equal upper-cased (`match_key`; an absent AddressLine2 equals an empty one, as in the
+  official audit's join; any other absent part never matches);
+- MarketingNameplate: the '+'-joined tags, in this order, whose condition holds -- HighValue (NetWorth > 1,000,000
+  or Income > 200,000), Expenses (NumberChildren > 3 or NumberCreditCards > 5), Boomer (Age > 45), MoneyAlert
+  (Income < 50,000 or CreditRating < 600 or NetWorth < 100,000), Spender (NumberCars > 3 or NumberCreditCards > 7),
+  Inherited (Age < 25 and NetWorth > 1,000,000) -- with SQL's three-valued logic (an absent figure satisfies no
+  comparison); NULL when no tag applies.
+A snapshot that lists an AgencyID twice keeps one line for it: the greatest by its fields (so the choice does not
+depend on how the file was cut into pieces).
+
+**DimCustomer demographics** (`with_demographics`): a DimCustomer version takes AgencyID, CreditRating, NetWorth and
+MarketingNameplate from the prospect line that matches it (`match_key`) in the snapshot of the version's batch
+(`batchid`), the smallest AgencyID when several match; NULL when none does.
+
+Incrementality and micro-batch splits. A Prospect row depends on the prospect's lines and, through IsCustomer, on
+DimCustomer at the end of its latest batch. Each T2 run recomputes every prospect whose latest line belongs to the
+micro-batch's TPC-DI batch (`current`), and only those: a prospect whose line of that batch has not arrived yet
+(or that the batch's snapshot drops) keeps the row the end of its latest batch gave it, exactly as a load of the
+whole batch leaves it, and a later micro-batch of the batch that changes a customer recomputes the prospects it may
+match. The MERGE leaves equal rows alone. DimCustomer versions take their demographics when T2 rebuilds them; a
+prospect line that arrives after the versions it matches were written rebuilds those customers
+(`customers_matching_new_lines`), so a split batch ends with the demographics of a whole one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs import arrow_ops as ao
+from jobs.scope import BatchScope
+from schemas import sources as src
+from schemas import warehouse as wh
+from streamdi.context import JobContext
+
+log = logging.getLogger(__name__)
+
+STEP = "T2"
+LINES = src.PROSPECT.staging
+FIELDS: tuple[str, ...] = tuple(c.name for c in src.PROSPECT.columns if c.name != "agencyid")
+# column -> (values kept, upper-cased); anything else becomes "U"
+DOMAINS: dict[str, tuple[str, ...]] = {
+    "gender": ("M", "F"),
+    "maritalstatus": ("S", "M", "D", "W"),
+    "ownorrentflag": ("O", "R"),
+}
+UNKNOWN = "U"
+MATCH_PARTS = ("firstname", "lastname", "addressline1", "addressline2", "postalcode")
+_SEP = "\x1f"  # joins the parts of a match key; it cannot occur in a parsed field
+
+
+# ------------------------------------------------------------------------------------------------ rules
+def normalized(lines: pa.Table) -> pa.Table:
+    """`lines` with Gender, MaritalStatus and OwnOrRentFlag upper-cased, and `U` where not a declared value."""
+    out = lines
+    for name, allowed in DOMAINS.items():
+        value = ao.upper(out[name])
+        known = pc.fill_null(pc.is_in(value, value_set=pa.array(allowed, pa.large_string())), False)
+        fixed = pc.if_else(known, value, pa.scalar(UNKNOWN, pa.large_string()))
+        out = out.set_column(out.schema.get_field_index(name), name, fixed)
+    return out
+
+
+def marketing_nameplate(lines: pa.Table) -> pa.Array:
+    """The MarketingNameplate of every line (module doc), NULL where no tag applies."""
+
+    def num(name: str) -> pa.Array:
+        return ao.column(lines, name).cast(pa.int64())
+
+    def gt(name: str, limit: int) -> pa.Array:
+        return pc.greater(num(name), limit)
+
+    def lt(name: str, limit: int) -> pa.Array:
+        return pc.less(num(name), limit)
+
+    tags = {
+        "HighValue": pc.or_kleene(gt("networth", 1_000_000), gt("income", 200_000)),
+        "Expenses": pc.or_kleene(gt("numberchildren", 3), gt("numbercreditcards", 5)),
+        "Boomer": gt("age", 45),
+        "MoneyAlert": pc.or_kleene(
+            pc.or_kleene(lt("income", 50_000), lt("creditrating", 600)), lt("networth", 100_000)
+        ),
+        "Spender": pc.or_kleene(gt("numbercars", 3), gt("numbercreditcards", 7)),
+        "Inherited": pc.and_kleene(lt("age", 25), gt("networth", 1_000_000)),
+    }
+    parts = [
+        pc.if_else(
+            pc.fill_null(holds, False), pa.scalar(f"{tag}+", pa.large_string()), pa.scalar("", pa.large_string())
+        )
+        for tag, holds in tags.items()
+    ]
+    joined = pc.binary_join_element_wise(*parts, pa.scalar("", pa.large_string()))
+    trimmed = pc.utf8_rtrim(joined, characters="+")
+    return pc.if_else(pc.equal(trimmed, ""), pa.scalar(None, pa.large_string()), trimmed)
+
+
+def match_key(rows: pa.Table) -> pa.Array:
+    """The customer/prospect match key of every row (columns `MATCH_PARTS`): the upper-cased parts joined; NULL
+    where FirstName, LastName, AddressLine1 or PostalCode is absent (AddressLine2 absent counts as empty)."""
+    parts = []
+    for name in MATCH_PARTS:
+        part = ao.upper(rows[name])
+        if name == "addressline2":
+            part = pc.fill_null(part, "")
+        parts.append(part)
+    return pc.binary_join_element_wise(*parts, pa.scalar(_SEP, pa.large_string()))
+
+
+def effective_lines(lines: pa.Table) -> pa.Table:
+    """One line per (agencyid, source_batch): the greatest of the snapshot's lines of the prospect, normalized."""
+    kept = lines.select(["agencyid", "source_batch", *FIELDS])
+    ordered = ao.sort(normalized(kept), ["agencyid", "source_batch", *FIELDS])
+    return ao.last_of_groups(ordered, ["agencyid", "source_batch"])
+
+
+def prospect_rows(
+    lines: pa.Table, batch_dates: Mapping[int, object], customer_keys: pa.Array, current: int
+) -> pa.Table:
+    """Prospect rows (the table's columns) of the prospects whose latest line is of batch `current`.
+
+    `lines`: every staged line of those prospects in dated batches (at least `agencyid`, `source_batch` and the
+    fields); `batch_dates`: TPC-DI batch -> BatchDate; `customer_keys`: the match keys of the current, active
+    DimCustomer versions."""
+    eff = effective_lines(lines)
+    if eff.num_rows == 0:
+        return wh.PROSPECT.arrow_schema().empty_table()
+    # a line that starts a prospect or differs from its previous snapshot's line is an insert or a change
+    same_agency = ao.same_as_previous(eff, ["agencyid"])
+    unchanged = same_agency & ao.same_as_previous(eff, ["agencyid", *FIELDS])
+    batch = ao.column(eff, "source_batch").to_numpy(zero_copy_only=False).astype(np.int64)
+    changed_at = np.where(unchanged, np.iinfo(np.int64).min, batch)
+    group = np.cumsum(~same_agency) - 1
+    update_batch = np.maximum.reduceat(changed_at, np.flatnonzero(~same_agency))[group]
+    last = np.r_[~same_agency[1:], True]  # the latest line of each prospect
+    latest = eff.filter(pa.array(last & (batch == current)))
+    updated = update_batch[last & (batch == current)]
+    if latest.num_rows == 0:
+        return wh.PROSPECT.arrow_schema().empty_table()
+    ids = {b: ao.date_id(d) for b, d in batch_dates.items()}
+    is_customer = pc.fill_null(pc.is_in(match_key(latest), value_set=customer_keys), False)
+    columns = {
+        "agencyid": latest["agencyid"],
+        "sk_recorddateid": pa.array([ids[current]] * latest.num_rows, pa.int32()),
+        "sk_updatedateid": pa.array([ids[int(b)] for b in updated], pa.int32()),
+        "batchid": pa.array(updated, pa.int32()),
+        "iscustomer": is_customer,
+        **{name: latest[name] for name in FIELDS},
+        "marketingnameplate": marketing_nameplate(latest),
+    }
+    return pa.table(columns).select(wh.PROSPECT.column_names).cast(wh.PROSPECT.arrow_schema())
+
+
+def customer_keys(customers: pa.Table) -> pa.Array:
+    """The distinct match keys of the current DimCustomer versions with status Active in `customers`."""
+    active = customers.filter(pc.and_(customers["iscurrent"], pc.equal(customers["status"], "Active")))
+    keys = match_key(active)
+    return pc.unique(keys.filter(pc.is_valid(keys)))
+
+
+def demographic_lines(lines: pa.Table) -> pa.Table:
+    """Per (source_batch, match key) of the prospect lines: the line with the smallest AgencyID, as
+    `batchid, _key, agencyid, creditrating, networth, marketingnameplate`."""
+    eff = effective_lines(lines)
+    table = pa.table(
+        {
+            "batchid": eff["source_batch"].cast(pa.int32()),
+            "_key": match_key(eff),
+            "agencyid": eff["agencyid"],
+            "creditrating": eff["creditrating"],
+            "networth": eff["networth"],
+            "marketingnameplate": marketing_nameplate(eff),
+        }
+    )
+    table = table.filter(pc.is_valid(table["_key"]))
+    return ao.first_of_groups(ao.sort(table, ["batchid", "_key", "agencyid"]), ["batchid", "_key"])
+
+
+DEMOGRAPHICS = ("agencyid", "creditrating", "networth", "marketingnameplate")
+
+
+def with_demographics(versions: pa.Table, lines: pa.Table) -> pa.Table:
+    """DimCustomer `versions` (with `batchid` and the match parts) with AgencyID, CreditRating, NetWorth and
+    MarketingNameplate of the prospect line that matches each (module doc), in the same row order."""
+    if versions.num_rows == 0:
+        return versions
+    found = demographic_lines(lines)
+    left = pa.table(
+        {
+            "_row": pa.array(np.arange(versions.num_rows), pa.int64()),
+            "batchid": versions["batchid"].cast(pa.int32()),
+            "_key": match_key(versions),
+        }
+    )
+    joined = left.join(found, keys=["batchid", "_key"], join_type="left outer")
+    joined = ao.sort(joined, ["_row"])
+    out = versions
+    for name in DEMOGRAPHICS:
+        field = wh.DIM_CUSTOMER.arrow_schema().field(name)
+        value = joined[name].cast(field.type)
+        index = out.schema.get_field_index(name)
+        out = out.set_column(index, name, value) if index >= 0 else out.append_column(name, value)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ edges
+def _dated(scope: BatchScope) -> pc.Expression:
+    return pc.field("source_batch").isin(pa.array(sorted(scope.batch_dates), pa.int32()))
+
+
+def staged_lines(ctx: JobContext, scope: BatchScope, batches: list[int] | None = None) -> pa.Table:
+    """Staged Prospect.csv lines up to this micro-batch (of `batches` only, when given)."""
+    cond = pc.scalar(True) if batches is None else pc.field("source_batch").isin(pa.array(batches, pa.int32()))
+    return scope.staged_where(ctx, LINES, cond)
+
+
+def customers_matching_new_lines(ctx: JobContext, scope: BatchScope) -> pa.Array:
+    """Customer ids whose DimCustomer versions (as committed before this micro-batch) match a prospect line new to
+    this micro-batch, in the snapshot of the version's batch: their demographics may change, so T2 rebuilds them."""
+    empty = pa.array([], pa.int64())
+    if not ctx.lake.exists(LINES) or not ctx.lake.exists(wh.DIM_CUSTOMER):
+        return empty
+    new = scope.staged_where(ctx, LINES, pc.field("batch_id") == scope.batch_id, ["source_batch", *MATCH_PARTS])
+    if new.num_rows == 0:
+        return empty
+    new_keys = pa.table({"batchid": new["source_batch"].cast(pa.int32()), "_key": match_key(new)})
+    batches = pc.unique(new_keys["batchid"])
+    versions = ctx.lake.read_where(
+        wh.DIM_CUSTOMER, pc.field("batchid").isin(batches), ["customerid", "batchid", *MATCH_PARTS]
+    )
+    if versions.num_rows == 0:
+        return empty
+    mine = pa.table({"customerid": versions["customerid"], "batchid": versions["batchid"], "_key": match_key(versions)})
+    hits = mine.join(new_keys.group_by(["batchid", "_key"]).aggregate([]), keys=["batchid", "_key"], join_type="inner")
+    return pc.unique(hits["customerid"].combine_chunks()).cast(pa.int64())
+
+
+def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
+    """Recompute the prospects whose latest line is of this micro-batch's TPC-DI batch and upsert them (app
+    transaction `T2/prospect`, committed even when empty). Called by T2 after its DimCustomer commit."""
+    if scope.committed(ctx, STEP, wh.PROSPECT) or not ctx.lake.exists(LINES) or not scope.source_batches:
+        return {}
+    current = max(scope.source_batches)
+    rows = wh.PROSPECT.arrow_schema().empty_table()
+    if current in scope.batch_dates:
+        lines = scope.staged_where(ctx, LINES, _dated(scope))
+        ids = lines.filter(pc.equal(lines["source_batch"], current))["agencyid"]
+        mine = lines.filter(pc.is_in(lines["agencyid"], value_set=pc.unique(ids.combine_chunks())))
+        keys = pa.array([], pa.large_string())
+        if ctx.lake.exists(wh.DIM_CUSTOMER):
+            is_current = pc.field("iscurrent") == True  # noqa: E712 - a pyarrow expression, not a Python test
+            current_rows = ctx.lake.read_where(wh.DIM_CUSTOMER, is_current, ["iscurrent", "status", *MATCH_PARTS])
+            keys = customer_keys(current_rows)
+        rows = prospect_rows(mine, scope.batch_dates, keys, current)
+    ctx.lake.upsert(wh.PROSPECT, rows, app_id=scope.app_id(STEP, wh.PROSPECT), version=scope.batch_id)
+    log.info("T2 micro-batch %s: prospect: %s upserted", scope.batch_id, rows.num_rows)
+    return {wh.PROSPECT.name: rows.num_rows}
