@@ -344,7 +344,8 @@ def audit(
         ),
     ] = None,
 ) -> None:
-    """Run the TPC-DI audit checks on the Delta warehouse and print each check with OK or what failed."""
+    """Run every check of the official TPC-DI audit script on the PostgreSQL warehouse (dw.*, read-only) and
+    print each with OK or what was found and expected; exit 1 when a check failed or was skipped."""
     from streamdi.audit import run_audit
     from streamdi.context import open_context
 

@@ -358,7 +358,7 @@ def validate_staged(last_batch: int | None = None, settings: Settings | None = N
 
 
 def audit_warehouse(settings: Settings | None = None) -> dict:
-    """Run the TPC-DI audit on the Delta warehouse against the staged audit figures and write it to
+    """Run the TPC-DI audit on the PostgreSQL warehouse against the staged audit figures and write it to
     `<STREAMDI_HOME>/reports/audit.txt`. It reports and does not fail the run: failed checks are logged as
     warnings and counted in the result (a partial data set fails checks of the tables it lacks); policies that
     stop batches belong to the data-quality suites."""
