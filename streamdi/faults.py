@@ -4,8 +4,8 @@ Code calls `fault_point("name")` at the places where a crash matters (between tw
 Postgres transaction, ...). When the environment variable `STREAMDI_FAULT_AT` names that point, the process
 kills itself with SIGKILL — no cleanup, no `finally`, exactly like a power cut — so fault-injection tests
 run real subprocesses and check that a rerun converges. `name#N` kills at the N-th time the point is reached
-in the process (e.g. `lake.after_commit#7`: right after the 7th Delta commit). Unset (always, in production)
-it costs one dict lookup.
+in the process (e.g. `lake.after_commit#7`: right after the 7th Delta commit; `lake.after_commit:T4/market_slices`:
+right after the commit with that app transaction). Unset (always, in production) it costs one dict lookup.
 """
 
 from __future__ import annotations

@@ -388,6 +388,7 @@ class Lake:
             else:
                 write_deltalake(delta, data, mode=mode, commit_properties=props, writer_properties=WRITER)
             fault_point("lake.after_commit")
+            fault_point(f"lake.after_commit:{app_id}")  # a crash right after one named commit
             delta.update_incremental()
             new_version = delta.version()
         log.info(
