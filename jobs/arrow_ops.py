@@ -155,3 +155,66 @@ def divide_round_half_up(numerator: np.ndarray, denominator: np.ndarray) -> np.n
 def upper(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     return pc.utf8_upper(arr.cast(pa.large_string()))
+
+
+# -- sets of int64 keys -------------------------------------------------------------------------------------
+# numpy 2's np.unique hashes and np.isin sorts a concatenation: on millions of keys that arrive in sorted runs (the
+# slice keys of FactMarketHistory) both are 10-100x slower than a stable sort (a merge of the runs) and a binary
+# search. These keep every result sorted and distinct.
+
+
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of `keys` (int64), sorted."""
+    keys = np.asarray(keys, np.int64)
+    if len(keys) < 2:
+        return keys.copy()
+    keys = keys[np.r_[True, keys[1:] != keys[:-1]]]  # runs of equal neighbours first: one linear pass
+    keys = np.sort(keys, kind="stable")  # a merge of the sorted runs
+    return keys[np.r_[True, keys[1:] != keys[:-1]]]
+
+
+def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distinct values of `a` and `b`, sorted."""
+    return distinct(np.concatenate([np.asarray(a, np.int64), np.asarray(b, np.int64)]))
+
+
+def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Whether each of `values` is in `sorted_set` (sorted int64)."""
+    values = np.asarray(values, np.int64)
+    if len(sorted_set) == 0:
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[pos] == values
+
+
+# -- a recomputation against the stored rows ------------------------------------------------------------------
+
+
+def changes_against(rows: pa.Table, existing: pa.Table, key: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+    """What turns `existing` into `rows`, both the rows of the same recomputed owners (all of an account's
+    balances, all of a customer's watches): `(upserts, gone)`, the rows of `rows` that are new or differ from
+    the stored row of their key in any column (NULL equals NULL), and the keys of `existing` that `rows` no
+    longer has. Rows equal to the stored ones are left out: a MERGE would not change them, but delta-rs copies
+    matched rows slowly (FactWatches at SF 3, Batch2: 38,732 rows of the touched customers, 65 of them
+    changed, merged in 2.6 s; the 65 alone in 0.16 s)."""
+    key = list(key)
+    existing = existing.select(rows.column_names).cast(rows.schema)
+    new_index = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    old_index = pa.array(np.arange(existing.num_rows, dtype=np.int64))
+    pairs = (
+        rows.select(key)
+        .append_column("_new", new_index)
+        .join(existing.select(key).append_column("_old", old_index), key, join_type="full outer", use_threads=False)
+    )
+    matched = pairs.filter(pc.and_(pc.is_valid(pairs["_new"]), pc.is_valid(pairs["_old"])))
+    same = np.ones(matched.num_rows, dtype=bool)
+    for name in rows.column_names:
+        if name not in key:
+            same &= equal_or_both_null(
+                rows[name].take(matched["_new"]).combine_chunks(), existing[name].take(matched["_old"]).combine_chunks()
+            )
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[matched["_new"].to_numpy()[same]] = False
+    gone_index = pairs.filter(pc.is_null(pairs["_new"]))["_old"]
+    gone = existing.select(key).take(gone_index).sort_by([(k, "ascending") for k in key])
+    return rows.filter(pa.array(keep)), gone

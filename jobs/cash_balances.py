@@ -183,9 +183,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     rows, missing = cash_balance_rows(daily_balances(cash_records(*staged)), versions)
     out: dict[str, int] = {}
     if not scope.committed(ctx, STEP, TABLE):
-        gone = _rows_gone(ctx, accounts, rows)
-        ctx.lake.upsert(TABLE, rows, app_id=scope.app_id(STEP, TABLE), version=scope.batch_id, deletes=gone)
-        out[TABLE.name] = rows.num_rows
+        upserts, gone = ao.changes_against(rows, _stored(ctx, accounts, rows), TABLE.key)
+        ctx.lake.upsert(TABLE, upserts, app_id=scope.app_id(STEP, TABLE), version=scope.batch_id, deletes=gone)
+        out[TABLE.name] = upserts.num_rows + gone.num_rows
     owners = [f"CA_ID={a}" for a in accounts.to_pylist()]
     alerts = not_loaded_alerts(missing)
     written = commit_alert_changes(
@@ -200,9 +200,8 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 _VERSION_COLUMNS = ("accountid", "sk_accountid", "sk_customerid", "effectivedate", "enddate")
 
 
-def _rows_gone(ctx: JobContext, accounts: pa.Array, rows: pa.Table) -> pa.Table:
-    """Keys of the touched accounts' rows in the table that the recomputation no longer gives."""
+def _stored(ctx: JobContext, accounts: pa.Array, rows: pa.Table) -> pa.Table:
+    """The touched accounts' rows in the table."""
     if not ctx.lake.exists(TABLE):
-        return rows.select(list(TABLE.key)).slice(0, 0)
-    existing = ctx.lake.read_where(TABLE, pc.field("accountid").isin(accounts), list(TABLE.key))
-    return existing.join(rows.select(list(TABLE.key)), keys=list(TABLE.key), join_type="left anti")
+        return rows.slice(0, 0)
+    return ctx.lake.read_where(TABLE, pc.field("accountid").isin(accounts))

@@ -150,7 +150,13 @@ class Slices:
 
     def only(self, keys: np.ndarray) -> Slices:
         """The slices whose key is one of `keys`."""
-        keep = np.isin(self.keys, keys)
+        keep = ao.member(self.keys, ao.distinct(keys))
+        return Slices(self.keys[keep], self.highs[keep], self.lows[keep])
+
+    def differing_from(self, stored: Slices) -> Slices:
+        """The slices that `stored` lacks or holds with other values (what a commit of these slices changes)."""
+        high, low, found = stored.lookup(self.keys)
+        keep = ~(found & (high == self.highs) & (low == self.lows))
         return Slices(self.keys[keep], self.highs[keep], self.lows[keep])
 
 
@@ -174,7 +180,7 @@ def affected_blocks(codes: np.ndarray, days: np.ndarray) -> list[np.ndarray]:
     pairs, i.e. the slices a change to those days alters."""
     out = []
     for level in range(1, LEVELS + 1):
-        out.append(np.unique(node_keys(codes, level, np.asarray(days, np.int64) >> level)))
+        out.append(ao.distinct(node_keys(codes, level, np.asarray(days, np.int64) >> level)))
     return out
 
 
@@ -191,8 +197,8 @@ def rebuild_needs(changed: list[np.ndarray]) -> np.ndarray:
     (`affected_blocks`) reads and does not rebuild itself."""
     if not changed or not sum(len(k) for k in changed):
         return np.array([], np.int64)
-    need = np.unique(np.concatenate([np.r_[left, right] for left, right in map(_children, changed)]))
-    return need[~np.isin(need, np.concatenate(changed))]
+    need = ao.distinct(np.concatenate([np.r_[left, right] for left, right in map(_children, changed)]))
+    return need[~ao.member(need, ao.distinct(np.concatenate(changed)))]
 
 
 def rebuild_slices(changed: list[np.ndarray], known: list[Slices]) -> Slices:
@@ -218,53 +224,65 @@ def rebuild_slices(changed: list[np.ndarray], known: list[Slices]) -> Slices:
     )
 
 
-def window_nodes(days: np.ndarray, window: int = WINDOW_DAYS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The aligned blocks that cover each window days[i] - window + 1 .. days[i], as parallel arrays (query index,
-    level, block): at most two blocks per level (a range query on a segment tree whose leaves are the days)."""
-    n = len(days)
+def window_segments(days: np.ndarray, window: int = WINDOW_DAYS) -> list[tuple[np.ndarray, int, np.ndarray]]:
+    """The aligned blocks that cover each window days[i] - window + 1 .. days[i]: at most two blocks per level (a
+    range query on a segment tree whose leaves are the days), as segments (query indexes, level, blocks), one per
+    level and side. A query appears at most once in a segment, and a segment keeps the order of `days`."""
     lo = np.asarray(days, np.int64) - window + 1
     hi = np.asarray(days, np.int64) + 1  # exclusive
-    queries, levels, blocks = [], [], []
-    index = np.arange(n)
+    index = np.arange(len(lo))
+    segments = []
     for level in range(LEVELS + 2):
         open_ = lo < hi
         if not open_.any():
             break
         take_lo = open_ & ((lo & 1) == 1)
-        queries.append(index[take_lo])
-        blocks.append(lo[take_lo])
-        levels.append(np.full(int(take_lo.sum()), level))
+        segments.append((index[take_lo], level, lo[take_lo]))
         lo = lo + take_lo
         take_hi = (lo < hi) & ((hi & 1) == 1)
         hi = hi - take_hi
-        queries.append(index[take_hi])
-        blocks.append(hi[take_hi])
-        levels.append(np.full(int(take_hi.sum()), level))
+        segments.append((index[take_hi], level, hi[take_hi]))
         lo, hi = lo >> 1, hi >> 1
-    if not queries:
+    return [(q, level, blocks) for q, level, blocks in segments if len(q)]
+
+
+def window_nodes(days: np.ndarray, window: int = WINDOW_DAYS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`window_segments` as parallel arrays (query index, level, block)."""
+    segments = window_segments(days, window)
+    if not segments:
         empty = np.array([], np.int64)
         return empty, empty, empty
-    return np.concatenate(queries), np.concatenate(levels), np.concatenate(blocks)
+    return (
+        np.concatenate([q for q, _, _ in segments]),
+        np.concatenate([np.full(len(q), level) for q, level, _ in segments]),
+        np.concatenate([blocks for _, _, blocks in segments]),
+    )
 
 
 def window_extremes(codes: np.ndarray, days: np.ndarray, stores: list[Slices]) -> tuple[np.ndarray, np.ndarray]:
     """(high word, low word) of each (code, day)'s 52-week window, combined from the days and slices of `stores`
-    (the first that has a key gives it)."""
-    q, level, block = window_nodes(days)
-    if len(q) and level.max() > LEVELS:
-        raise AssertionError("a window needs a block above the stored levels")
-    highs, lows = lookup(stores, node_keys(np.asarray(codes, np.int64)[q], level, block))
+    (the first that has a key gives it). A run of equal keys in a segment (neighbouring days of a security
+    share most of their blocks) is looked up once."""
+    codes = np.asarray(codes, np.int64)
     high = np.full(len(days), NO_HIGH)
     low = np.full(len(days), NO_LOW)
-    np.maximum.at(high, q, highs)
-    np.minimum.at(low, q, lows)
+    for q, level, blocks in window_segments(days):
+        if level > LEVELS:
+            raise AssertionError("a window needs a block above the stored levels")
+        keys = node_keys(codes[q], level, blocks)
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        runs = np.diff(np.r_[starts, len(keys)])
+        highs, lows = lookup(stores, keys[starts])
+        high[q] = np.maximum(high[q], np.repeat(highs, runs))
+        low[q] = np.minimum(low[q], np.repeat(lows, runs))
     return high, low
 
 
 def window_needs(codes: np.ndarray, days: np.ndarray) -> np.ndarray:
     """The distinct slice keys the windows of the (code, day) pairs combine."""
-    q, level, block = window_nodes(days)
-    return np.unique(node_keys(np.asarray(codes, np.int64)[q], level, block))
+    codes = np.asarray(codes, np.int64)
+    keys = [node_keys(codes[q], level, blocks) for q, level, blocks in window_segments(days)]
+    return ao.distinct(np.concatenate(keys)) if keys else np.array([], np.int64)
 
 
 # ------------------------------------------------------------------------------------------------ records
@@ -567,14 +585,14 @@ def compute(ctx: JobContext, scope: BatchScope, what: Touched) -> Computed:
     partial = is_new & ~in_whole
     partial_blocks = affected_blocks(codes[partial], days[partial])
     whole_blocks = affected_blocks(codes[in_whole], days[in_whole])
-    changed = [np.union1d(a, b) for a, b in zip(whole_blocks, partial_blocks, strict=True)]
+    changed = [ao.union(a, b) for a, b in zip(whole_blocks, partial_blocks, strict=True)]
     partial_query = query & ~in_whole
-    wanted = np.union1d(rebuild_needs(partial_blocks), window_needs(codes[partial_query], days[partial_query]))
-    wanted = wanted[~np.isin(wanted, np.concatenate(changed))]
+    wanted = ao.union(rebuild_needs(partial_blocks), window_needs(codes[partial_query], days[partial_query]))
+    wanted = wanted[~ao.member(wanted, ao.distinct(np.concatenate(changed)))]
     level = (wanted >> 32) % 16
     in_memory = day_slices(codes, records)
     day_keys = wanted[level == 0]
-    read_days = _read_days(ctx, scope, day_keys[~np.isin(day_keys, in_memory.keys)], symbols)
+    read_days = _read_days(ctx, scope, day_keys[~ao.member(day_keys, in_memory.keys)], symbols)
     read_slices = _read_slices(ctx, wanted[level >= 1], symbols)
     fresh = rebuild_slices(changed, [in_memory, read_days, read_slices])
     high, low = window_extremes(codes[query], days[query], [fresh, in_memory, read_days, read_slices])
@@ -589,7 +607,9 @@ def compute(ctx: JobContext, scope: BatchScope, what: Touched) -> Computed:
     companies = _table(ctx, wh.DIM_COMPANY, ["sk_companyid", "companyid"])
     eps = earnings(_financials(ctx, securities, companies), companies)
     rows, unresolved, without = market_rows(records.filter(pa.array(query)), high, low, securities, companies, eps)
-    gone = _rows_gone(ctx, whole, rows)
+    rows, gone = ao.changes_against(rows, _stored(ctx, whole, rows), TABLE.key)
+    # Most rebuilt blocks keep their extremes (a new day seldom beats a block's): only the others are committed.
+    fresh = fresh.differing_from(_read_slices(ctx, fresh.keys, symbols))
     return Computed(rows, gone, market_alerts(unresolved, without), slices_table(fresh, symbols))
 
 
@@ -689,9 +709,8 @@ def _table(ctx: JobContext, table: Table, columns: list[str]) -> pa.Table:
     return ctx.lake.read_columns(table, columns)
 
 
-def _rows_gone(ctx: JobContext, symbols: pa.Array, rows: pa.Table) -> pa.Table:
-    """Keys of the whole symbols' rows in the table that the recomputation no longer gives."""
+def _stored(ctx: JobContext, symbols: pa.Array, rows: pa.Table) -> pa.Table:
+    """The whole symbols' rows in the table (the rows of the other symbols are only added to or replaced)."""
     if len(symbols) == 0 or not ctx.lake.exists(TABLE):
-        return rows.select(list(TABLE.key)).slice(0, 0)
-    existing = ctx.lake.read_where(TABLE, pc.field("symbol").isin(symbols.cast(pa.string())), list(TABLE.key))
-    return existing.join(rows.select(list(TABLE.key)), keys=list(TABLE.key), join_type="left anti")
+        return rows.slice(0, 0)
+    return ctx.lake.read_where(TABLE, pc.field("symbol").isin(symbols.cast(pa.string())))

@@ -251,7 +251,8 @@ def customers_matching_new_lines(ctx: JobContext, scope: BatchScope) -> pa.Array
     if versions.num_rows == 0:
         return empty
     mine = pa.table({"customerid": versions["customerid"], "batchid": versions["batchid"], "_key": match_key(versions)})
-    hits = mine.join(new_keys.group_by(["batchid", "_key"]).aggregate([]), keys=["batchid", "_key"], join_type="inner")
+    distinct_keys = new_keys.group_by(["batchid", "_key"], use_threads=False).aggregate([])
+    hits = mine.join(distinct_keys, keys=["batchid", "_key"], join_type="inner")
     return pc.unique(hits["customerid"].combine_chunks()).cast(pa.int64())
 
 

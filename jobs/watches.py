@@ -224,9 +224,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     rows, failed, unmatched = watch_rows(records, cust, secs)
     out: dict[str, int] = {}
     if not scope.committed(ctx, STEP, TABLE):
-        gone = _rows_gone(ctx, customers, rows)
-        ctx.lake.upsert(TABLE, rows, app_id=scope.app_id(STEP, TABLE), version=scope.batch_id, deletes=gone)
-        out[TABLE.name] = rows.num_rows
+        upserts, gone = ao.changes_against(rows, _stored(ctx, customers, rows), TABLE.key)
+        ctx.lake.upsert(TABLE, upserts, app_id=scope.app_id(STEP, TABLE), version=scope.batch_id, deletes=gone)
+        out[TABLE.name] = upserts.num_rows + gone.num_rows
     owners = [f"C_ID={c}" for c in customers.to_pylist()]
     alerts = watch_alerts(failed, unmatched)
     written = commit_alert_changes(
@@ -253,9 +253,8 @@ def _versions(ctx: JobContext, dim: Table, natural: str, values: pa.Array, colum
     return ctx.lake.read_where(dim, pc.field(natural).isin(values), wanted)
 
 
-def _rows_gone(ctx: JobContext, customers: pa.Array, rows: pa.Table) -> pa.Table:
-    """Keys of the touched customers' rows in the table that the recomputation no longer gives."""
+def _stored(ctx: JobContext, customers: pa.Array, rows: pa.Table) -> pa.Table:
+    """The touched customers' rows in the table."""
     if not ctx.lake.exists(TABLE):
-        return rows.select(list(TABLE.key)).slice(0, 0)
-    existing = ctx.lake.read_where(TABLE, pc.field("customerid").isin(customers), list(TABLE.key))
-    return existing.join(rows.select(list(TABLE.key)), keys=list(TABLE.key), join_type="left anti")
+        return rows.slice(0, 0)
+    return ctx.lake.read_where(TABLE, pc.field("customerid").isin(customers))

@@ -35,8 +35,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -238,42 +240,61 @@ def _migrate_upto(
     from streamdi.warehouse import BatchMetric, TableChange, ledger_key
 
     started = time.perf_counter()
-    changes = []
     versions: dict[str, int] = {}
     rows: dict[int, int] = {}
-    for table in tables:
-        if not lake.exists(table):
-            continue
-        key = ledger_key(table)
-        after = done_versions.get(key, 0)
-        history = lake.history(table, after=after)  # only the commits not migrated yet
-        target = target_version(history, after, upto)
-        versions[key] = target
-        if target <= after:
-            continue
-        feed = lake.changes(table, after + 1, target)
-        if table.layer == "warehouse":  # batch_metrics.rows counts warehouse data only (see the module docstring)
-            for batch_id, n in rows_per_batch(feed, history).items():
-                rows[batch_id] = rows.get(batch_id, 0) + n
-        upserts, deletes = net_changes(feed, table)
-        changes.append(TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes))
     # The unit makes visible every batch of the log in (visible, upto], and `upto` itself.
-    unit = sorted({b for b in batch_log.arrived if visible < b <= upto} | {upto})
-    metrics = [BatchMetric(b, batch_log.arrived.get(b), batch_log.transformed.get(b), rows.get(b, 0)) for b in unit]
+    unit = tuple(sorted({b for b in batch_log.arrived if visible < b <= upto} | {upto}))
+
+    def changes() -> Iterator[TableChange]:
+        """Each table's net change, read from Delta while PostgreSQL lands the one before (`read_ahead`)."""
+        for table in tables:
+            if not lake.exists(table):
+                continue
+            key = ledger_key(table)
+            after = done_versions.get(key, 0)
+            history = lake.history(table, after=after)  # only the commits not migrated yet
+            target = target_version(history, after, upto)
+            versions[key] = target
+            if target <= after:
+                continue
+            feed = lake.changes(table, after + 1, target)
+            if table.layer == "warehouse":  # batch_metrics.rows counts warehouse data only (see the module docstring)
+                for batch_id, n in rows_per_batch(feed, history).items():
+                    rows[batch_id] = rows.get(batch_id, 0) + n
+            upserts, deletes = net_changes(feed, table)
+            yield TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes)
+
+    def metrics() -> list[BatchMetric]:
+        """The unit's batch_metrics rows (called once every change has been read: `rows` is complete then)."""
+        return [BatchMetric(b, batch_log.arrived.get(b), batch_log.transformed.get(b), rows.get(b, 0)) for b in unit]
+
     fault_point("migrate.before_apply")
-    applied = warehouse.apply_changes(changes, batches=metrics, mode=mode)
-    report = MigrationReport(
-        batches=tuple(unit), tables=applied, versions=versions, seconds=time.perf_counter() - started
-    )
+    applied = warehouse.apply_changes(read_ahead(changes()), batches=metrics, mode=mode)
+    report = MigrationReport(batches=unit, tables=applied, versions=versions, seconds=time.perf_counter() - started)
     log.info("migrated batches %s (%s) in %.3fs: %s", report.batches, mode, report.seconds, applied)
     return report
+
+
+T = TypeVar("T")
+
+
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """`items` in order, each next one produced in a worker thread while the caller works on the current one
+    (reading a Delta change feed and landing the previous table in PostgreSQL overlap; both mostly run outside
+    the GIL). At most one item is read ahead."""
+    done = object()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+        upcoming = pool.submit(next, items, done)
+        while (item := upcoming.result()) is not done:
+            upcoming = pool.submit(next, items, done)
+            yield item
 
 
 def _batch_times(data: pa.Table, column: str) -> dict[int, dt.datetime]:
     """The latest `column` per batch_id (a batch arrived with its last file)."""
     if data.num_rows == 0:
         return {}
-    latest = data.group_by("batch_id").aggregate([(column, "max")])
+    latest = data.group_by("batch_id", use_threads=False).aggregate([(column, "max")])
     return dict(zip(latest["batch_id"].to_pylist(), latest[f"{column}_max"].to_pylist(), strict=True))
 
 

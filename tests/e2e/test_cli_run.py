@@ -52,8 +52,13 @@ EXPECTED_COUNTS = {
     "dimcustomer": 0,
     "dimaccount": 0,
     "dimtrade": 0,
-    # DM: 14 "Row count" validation rows and a phase-complete row for batch 0 (before Batch1) and for batch 1
-    "dimessages": 30,
+    "prospect": 0,
+    "factcashbalances": 0,
+    "factholdings": 0,
+    "factmarkethistory": 0,
+    "factwatches": 0,
+    # DM: the 24 validation rows and a phase-complete row for batch 0 (before Batch1) and for batch 1
+    "dimessages": 50,
 }
 
 

@@ -96,7 +96,8 @@ def snapshot(home: Path) -> dict:
         _, rows = open_warehouse(settings).query(queries)
     finally:
         embedded_pg.stop_server(settings)
-    return {"delta": delta, "postgres": sorted(rows)}  # a UNION ALL has no row order (PostgreSQL may run it in parallel)
+    # a UNION ALL has no row order (PostgreSQL may run it in parallel)
+    return {"delta": delta, "postgres": sorted(rows)}
 
 
 def copy_home(source: Path, target: Path) -> None:

@@ -24,6 +24,7 @@ from schemas.model import Table
 from streamdi import embedded_pg
 from streamdi.settings import Settings
 from streamdi.warehouse import (
+    BULK_LOAD_ROWS,
     COPY_CHUNK_ROWS,
     TableChange,
     Warehouse,
@@ -468,6 +469,75 @@ def test_upsert_update_delete_and_replay_is_a_no_op(warehouse):
     assert ledger_of(warehouse, table, other) == ledger
 
 
+# -- a large first load builds the indexes after its COPY ------------------------------------------------
+
+
+def indexes_of(wh: Warehouse, name: str) -> list[tuple]:
+    return wh.query(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'dw' AND tablename = %s ORDER BY indexname",
+        (name,),
+    )[1]
+
+
+def declared_indexes(name: str) -> list[tuple]:
+    return [
+        (f"{name}_code_flag_idx", f"CREATE INDEX {name}_code_flag_idx ON dw.{name} USING btree (code, flag)"),
+        (f"{name}_event_day_idx", f"CREATE INDEX {name}_event_day_idx ON dw.{name} USING btree (event_day)"),
+        (f"{name}_pkey", f"CREATE UNIQUE INDEX {name}_pkey ON dw.{name} USING btree (id)"),
+    ]
+
+
+def test_a_large_first_load_lands_every_row_with_the_declared_indexes_and_key(warehouse):
+    table = values_table("wh_test_bulk")
+    warehouse.ensure_objects([table])
+    rows = [value_row(i, label=f"bulk-{i}") for i in range(1, BULK_LOAD_ROWS + 2)]
+
+    assert warehouse.apply_changes([change(table, 1, 1, rows)]) == {"wh_test_bulk": BULK_LOAD_ROWS + 1}
+
+    assert indexes_of(warehouse, "wh_test_bulk") == declared_indexes("wh_test_bulk")
+    assert warehouse.query("SELECT count(*), count(DISTINCT id), min(id), max(id) FROM dw.wh_test_bulk")[1] == [
+        (BULK_LOAD_ROWS + 1, BULK_LOAD_ROWS + 1, 1, BULK_LOAD_ROWS + 1)
+    ]
+    assert warehouse.query("SELECT * FROM dw.wh_test_bulk WHERE id = 777")[1] == [
+        pg_row(value_row(777, label="bulk-777"))
+    ]
+    key = warehouse.query(
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'dw.wh_test_bulk'::regclass "
+        "AND contype = 'p'",
+        role="admin",
+    )[1]
+    assert key == [("wh_test_bulk_pkey", "PRIMARY KEY (id)")]
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        warehouse.query("INSERT INTO dw.wh_test_bulk (id, code) VALUES (5, 'again')", role="loader")
+    # The loader still owns no table: the index rebuild ran through the two functions, not a table owner's rights.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must be owner of table wh_test_bulk"):
+        warehouse.query("DROP TABLE dw.wh_test_bulk", role="loader")
+    # A later change goes through the upsert path (the table is not empty) and keeps the indexes.
+    warehouse.apply_changes([change(table, 2, 2, [value_row(i) for i in range(1, BULK_LOAD_ROWS + 10)])])
+    assert warehouse.query("SELECT count(*) FROM dw.wh_test_bulk")[1] == [(BULK_LOAD_ROWS + 9,)]
+    assert indexes_of(warehouse, "wh_test_bulk") == declared_indexes("wh_test_bulk")
+
+
+def test_the_index_functions_serve_only_the_loader_on_empty_streamdi_tables(warehouse):
+    table = values_table("wh_test_bulk_guard")
+    warehouse.ensure_objects([table])
+    drop = "SELECT streamdi.drop_indexes_for_load('dw.wh_test_bulk_guard'::regclass)"
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"):
+        warehouse.query(drop, role="reader")
+    warehouse.query("CREATE TABLE IF NOT EXISTS public.wh_test_elsewhere (id integer PRIMARY KEY)", role="admin")
+    with pytest.raises(psycopg.errors.RaiseException, match="is not a table of streamdi"):
+        warehouse.query("SELECT streamdi.drop_indexes_for_load('public.wh_test_elsewhere'::regclass)", role="loader")
+    # Dropped then rolled back (a transaction that ends before the rebuild): the indexes are all there.
+    with warehouse.connect("loader") as conn:
+        assert conn.execute(drop).fetchone() == (3,)
+        conn.rollback()
+    assert indexes_of(warehouse, "wh_test_bulk_guard") == declared_indexes("wh_test_bulk_guard")
+    warehouse.apply_changes([change(table, 1, 1, [value_row(1)])])
+    with pytest.raises(psycopg.errors.RaiseException, match="is not empty: its indexes stay"):
+        warehouse.query(drop, role="loader")
+    assert indexes_of(warehouse, "wh_test_bulk_guard") == declared_indexes("wh_test_bulk_guard")
+
+
 # -- crashes inside the migration transaction -------------------------------------------------------------
 
 BIG_ROWS = 12_000
@@ -571,6 +641,48 @@ def test_crash_inside_the_migration_transaction_leaves_the_previous_state(settin
         (a.name, 2, 2, BIG_ROWS, 1),
         (b.name, 4, 2, 1, 1),
     ]
+
+
+def child_bulk_first_load(name: str) -> None:
+    """Entry point of a crash subprocess: the first load of a large table (dies at STREAMDI_FAULT_AT when set)."""
+    from streamdi.settings import load_settings
+
+    table = values_table(name)
+    rows = [value_row(i) for i in range(1, BULK_LOAD_ROWS + 2)]
+    print(json.dumps(open_warehouse(load_settings()).apply_changes([change(table, 1, 1, rows)])))
+
+
+BULK_CHILD = (
+    f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_warehouse as t; t.child_bulk_first_load(sys.argv[1])"
+)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("fault", ("pg.during_copy", "pg.after_copy"))
+def test_crash_inside_a_large_first_load_leaves_the_table_empty_with_its_indexes(settings, warehouse, fault):
+    name = f"wh_test_bulk_crash_{fault.split('.')[1]}"
+    warehouse.ensure_objects([values_table(name)])
+
+    def child(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", BULK_CHILD, name],
+            cwd=REPO,
+            env=child_env(settings, **extra),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    crashed = child(STREAMDI_FAULT_AT=fault)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert warehouse.query(f"SELECT count(*) FROM dw.{name}")[1] == [(0,)]
+    assert indexes_of(warehouse, name) == declared_indexes(name)
+
+    rerun = child()
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout) == {name: BULK_LOAD_ROWS + 1}
+    assert warehouse.query(f"SELECT count(*) FROM dw.{name}")[1] == [(BULK_LOAD_ROWS + 1,)]
+    assert indexes_of(warehouse, name) == declared_indexes(name)
 
 
 # -- embedded server lifecycle on a server of its own ---------------------------------------------------

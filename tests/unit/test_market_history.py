@@ -158,3 +158,13 @@ def test_rounding_of_pe_and_yield_is_half_up_in_cents():
         12500,
         -250,
     ]
+
+
+def test_only_slices_that_differ_from_the_stored_ones_are_committed():
+    stored = mh.Slices.of(np.array([3, 1, 2]), np.array([30, 10, 20]), np.array([-3, -1, -2]))
+    fresh = mh.Slices.of(np.array([1, 2, 3, 4]), np.array([10, 21, 30, 40]), np.array([-1, -2, -9, -4]))
+    changed = fresh.differing_from(stored)
+    assert changed.keys.tolist() == [2, 3, 4]  # 2: a new high; 3: a new low; 4: not stored
+    assert changed.highs.tolist() == [21, 30, 40]
+    assert changed.lows.tolist() == [-2, -9, -4]
+    assert len(fresh.differing_from(mh.Slices.empty())) == 4
