@@ -86,8 +86,8 @@ def profile_columns(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
         "c_ctry": _maybe(rng, tx.choice(rng, COUNTRIES, n).to_pylist(), 0.05),
         "c_prim_email": np.asarray(_emails(rng, first, last), dtype=object),
         "c_alt_email": _maybe(rng, _emails(rng, first, last), 0.2),
-        "c_lcl_tx_id": np.asarray(tx.choice(rng, TAX_IDS, n).to_pylist(), dtype=object),
-        "c_nat_tx_id": np.asarray(tx.choice(rng, TAX_IDS, n).to_pylist(), dtype=object),
+        "c_lcl_tx_id": np.asarray(tx.spread(rng, TAX_IDS, n).to_pylist(), dtype=object),
+        "c_nat_tx_id": np.asarray(tx.spread(rng, TAX_IDS, n).to_pylist(), dtype=object),
     }
     for k, share in ((1, 0.9), (2, 0.5), (3, 0.2)):
         present = rng.random(n) < share
@@ -137,6 +137,9 @@ class _History:
         self.people = People()
         self.account_state: list[dict[str, str | None]] = []
         self.active_customers: list[int] = []  # order of creation, for deterministic picks
+        # the day of each customer's last change: a customer changes at most once a day, as in the official
+        # files (their C_ID_HIST is 0: every NEW, UPDCUST and INACT makes a DimCustomer version of its own)
+        self.customer_day: dict[int, int] = {}
         self.active_accounts: list[int] = []
         self._names: list[str] = []
         self._name_rng = params.rng("CustomerMgmt", "account names")
@@ -147,8 +150,18 @@ class _History:
             self._names = tx.random_text(self._name_rng, 1024, 10, 50).to_pylist()[::-1]
         return self._names.pop()
 
-    def new_customer(self, ts: int, profile: dict) -> int:
+    def pick_customer(self, rng: np.random.Generator, day: int, tries: int = 8) -> int | None:
+        """A random active customer not yet changed on `day` (None when `tries` draws find none)."""
+        for _ in range(tries):
+            cid = self.active_customers[int(rng.integers(0, len(self.active_customers)))]
+            if self.customer_day.get(cid) != day:
+                self.customer_day[cid] = day
+                return cid
+        return None
+
+    def new_customer(self, ts: int, profile: dict, day: int | None = None) -> int:
         cid = len(self.people.current)
+        self.customer_day[cid] = ts // 86400 if day is None else day
         self.people.current.append(dict(profile))
         self.people.customer_created.append(ts)
         self.people.customer_inactive.append(self.never)
@@ -308,6 +321,9 @@ def _batch1(params: Params, out: Output, hist: _History) -> None:
         ts, kind = int(times[i]), str(kinds[i])
         if kind in ("ADDACCT", "UPDCUST", "INACT") and len(hist.active_customers) < 2:
             kind = "NEW"
+        changed = hist.pick_customer(rng, ts // 86400) if kind in ("UPDCUST", "INACT") else None
+        if kind in ("UPDCUST", "INACT") and changed is None:
+            kind = "NEW"
         if kind in ("UPDACCT", "CLOSEACCT") and len(hist.active_accounts) < 2:
             kind = "NEW"
         if kind == "NEW":
@@ -343,7 +359,7 @@ def _batch1(params: Params, out: Output, hist: _History) -> None:
             body = [f'\t\t<Customer C_ID="{cid}" >', *_account_element(aid, state), "\t\t</Customer>"]
             counts["CA_UPDACCT"] += 1
         elif kind == "UPDCUST":
-            cid = hist.active_customers[int(rng.integers(0, len(hist.active_customers)))]
+            cid = changed
             values = hist.people.current[cid]
             chosen = {str(f) for f in rng.choice(UPDATABLE, int(rng.integers(1, 5)), replace=False)}
             for f in chosen:
@@ -361,7 +377,7 @@ def _batch1(params: Params, out: Output, hist: _History) -> None:
             body = [f'\t\t<Customer C_ID="{cid}">', f'\t\t\t<Account CA_ID="{aid}" />', "\t\t</Customer>"]
             counts["CA_CLOSEACCT"] += 1
         else:  # INACT
-            cid = hist.active_customers[int(rng.integers(0, len(hist.active_customers)))]
+            cid = changed
             hist.inactivate(ts, cid)
             body = [f'\t\t<Customer C_ID="{cid}">', "\t\t</Customer>"]
             counts["C_INACT"] += 1
@@ -412,20 +428,23 @@ def _incremental(params: Params, out: Output, hist: _History, batch: int) -> Non
         customer = str(hist.people.account_customer[aid])
         return [str(aid), s["ca_b_id"], customer, s["ca_name"], s["ca_tax_st"], s["ca_st_id"]]
 
+    # every change of an incremental batch takes effect on its BatchDate: a customer changes once per batch
+    day = -batch
     for i, ts in enumerate(np.sort(rng.integers(start, end, n_c))):
         ts = int(ts)
         r = rng.random()
-        if r < 0.7 or len(hist.active_customers) < 2:
+        changed = hist.pick_customer(rng, day) if r >= 0.7 and len(hist.active_customers) >= 2 else None
+        if changed is None:
             values = dict(pool[i])
             _bad_values(values, rng, batch_date, None)
-            cid = hist.new_customer(ts, values)
+            cid = hist.new_customer(ts, values, day)
             cust_rows.append((ts, "I", _customer_row(cid, values, "ACTV")))
             aid = hist.new_account(ts, cid, rng)
             acct_rows.append((ts, "I", account_row(aid)))
             acounts["CA_ADDACCT"] += 1
             counts["C_NEW"] += 1
         elif r < 0.9:
-            cid = hist.active_customers[int(rng.integers(0, len(hist.active_customers)))]
+            cid = changed
             values = hist.people.current[cid]
             for f in rng.choice(UPDATABLE, int(rng.integers(1, 5)), replace=False):
                 values[str(f)] = pool[i][str(f)]
@@ -433,7 +452,7 @@ def _incremental(params: Params, out: Output, hist: _History, batch: int) -> Non
             cust_rows.append((ts, "U", _customer_row(cid, values, "ACTV")))
             counts["C_UPDCUST"] += 1
         else:
-            cid = hist.active_customers[int(rng.integers(0, len(hist.active_customers)))]
+            cid = changed
             hist.inactivate(ts, cid)
             cust_rows.append((ts, "U", _customer_row(cid, hist.people.current[cid], "INAC")))
             counts["C_INACT"] += 1

@@ -62,6 +62,15 @@ def choice(rng: np.random.Generator, pool: tuple[str, ...] | list[str], n: int) 
     return pa.array(np.asarray(pool, dtype=object)[rng.integers(0, len(pool), n)], pa.string())
 
 
+def spread(rng: np.random.Generator, pool: tuple[str, ...] | list[str], n: int) -> pa.Array:
+    """n values of `pool` in a random order, each value once in every len(pool) draws: as uniform as `choice`,
+    but a data set with as many rows as the pool has values uses all of them (a small scale factor then has as
+    many distinct tax rates as a large one)."""
+    rounds = -(-n // len(pool)) if n else 0
+    index = np.concatenate([rng.permutation(len(pool)) for _ in range(rounds)])[:n] if rounds else np.array([], int)
+    return pa.array(np.asarray(pool, dtype=object)[index], pa.string())
+
+
 def random_text(rng: np.random.Generator, n: int, low: int, high: int, spaces: bool = True) -> pa.Array:
     """n random strings of letters (and spaces) with lengths in [low, high], like the official filler text."""
     alphabet = LETTERS_SPACE if spaces else LETTERS
