@@ -65,7 +65,7 @@ def cash_records(*staged: pa.Table) -> pa.Table:
         dsn = t["cdc_dsn"] if "cdc_dsn" in t.column_names else pa.nulls(t.num_rows, pa.int64())
         parts.append(t.select(list(RECORD_FIELDS)).append_column("cdc_dsn", dsn.cast(pa.int64())))
     records = pa.concat_tables(parts) if parts else pa.table({f: [] for f in (*RECORD_FIELDS, "cdc_dsn")})
-    distinct = records.group_by([*RECORD_FIELDS, "cdc_dsn"], use_threads=False).aggregate([])
+    distinct = ao.distinct_rows(records, [*RECORD_FIELDS, "cdc_dsn"])
     return pa.table(
         {
             "accountid": distinct["ct_ca_id"].cast(pa.int64()),
