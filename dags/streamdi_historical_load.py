@@ -1,4 +1,4 @@
-"""streamdi_historical_load: Batch1 (or any batch folder) through staging, validation, T0-T3, migration, audit."""
+"""streamdi_historical_load: Batch1 (or any batch folder) through staging, validation, T0-T4, migration, audit."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from streamdi import orchestration
 
 with DAG(
     dag_id="streamdi_historical_load",
-    description="Deliver a TPC-DI batch folder and load it: stage, validate, transform (T0-T3), migrate, audit",
+    description="Deliver a TPC-DI batch folder and load it: stage, validate, transform (T0-T4), migrate, audit",
     schedule=None,
     start_date=START_DATE,
     catchup=False,
@@ -48,7 +48,7 @@ batch log. Run **streamdi_setup** first.
 | collect | registers the new files as the next micro-batch |
 | stage | parses every file into Delta staging (`staging.*`, rejects with reasons) |
 | validate | staged counts reconcile, no batch halted (data-quality suites replace this check) |
-| transform | T0 reference → T1 companies/securities, T2 customers/accounts → T3 trades → messages (Delta warehouse) |
+| transform | T0 reference → T1 securities, T2 customers/prospects → T3 trades/holdings/cash, T4 market/watches → DM |
 | migrate | PostgreSQL, one transaction per batch (`migration_mode=push`); skipped with `none` |
 | audit | TPC-DI audit checks on the Delta warehouse against the staged audit figures |
 

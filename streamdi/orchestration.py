@@ -145,7 +145,7 @@ def create_objects(settings: Settings | None = None) -> dict:
     """Create the Delta batch log and every PostgreSQL object (schemas, roles, ledger, `dw.*` tables, the
     `streamdi.quality_*` tables).
 
-    The Delta warehouse tables are created by their first commit (T0..T3 of the first batch), which records the
+    The Delta warehouse tables are created by their first commit (T0..T4 of the first batch), which records the
     batch the migrator reads from each commit; an empty commit before it would carry no batch.
     """
     from schemas.warehouse import WAREHOUSE_TABLES
