@@ -153,17 +153,7 @@ def not_loaded_alerts(missing: pa.Table) -> pa.Table:
 def touched_accounts(ctx: JobContext, scope: BatchScope) -> pa.Array:
     """Accounts with a cash transaction staged by this micro-batch, and accounts whose DimAccount versions this
     micro-batch changed."""
-    parts = []
-    for table in RECORD_TABLES:
-        if ctx.lake.exists(table):
-            new = scope.staged_where(ctx, table, pc.field("batch_id") == scope.batch_id, ["ct_ca_id"])
-            parts.append(new["ct_ca_id"].combine_chunks().cast(pa.int64()))
-    changed = scope.changed(ctx, wh.DIM_ACCOUNT, ["accountid"])
-    if changed is not None:
-        parts.append(changed["accountid"].combine_chunks().cast(pa.int64()))
-    if not parts:
-        return pa.array([], pa.int64())
-    return pc.unique(pa.concat_arrays(parts))
+    return scope.touched(ctx, RECORD_TABLES, "ct_ca_id", wh.DIM_ACCOUNT, "accountid")
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:

@@ -130,17 +130,7 @@ def not_loaded_alerts(missing: pa.Table) -> pa.Table:
 def touched_trades(ctx: JobContext, scope: BatchScope) -> pa.Array:
     """Current trades with a HoldingHistory record staged by this micro-batch, and trades whose DimTrade row this
     micro-batch changed."""
-    parts = []
-    for table in RECORD_TABLES:
-        if ctx.lake.exists(table):
-            new = scope.staged_where(ctx, table, pc.field("batch_id") == scope.batch_id, ["hh_t_id"])
-            parts.append(new["hh_t_id"].combine_chunks().cast(pa.int64()))
-    changed = scope.changed(ctx, wh.DIM_TRADE, ["tradeid"])
-    if changed is not None:
-        parts.append(changed["tradeid"].combine_chunks().cast(pa.int64()))
-    if not parts:
-        return pa.array([], pa.int64())
-    return pc.unique(pa.concat_arrays(parts))
+    return scope.touched(ctx, RECORD_TABLES, "hh_t_id", wh.DIM_TRADE, "tradeid")
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:

@@ -68,6 +68,23 @@ class BatchScope:
         mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
         return mine.select(columns)
 
+    def touched(
+        self, ctx: JobContext, records: tuple[Table, ...], record_key: str, dimension: Table, dimension_key: str
+    ) -> pa.Array:
+        """The distinct int64 keys (`record_key`) of the records this micro-batch staged in `records`, and the keys
+        (`dimension_key`) of `dimension` rows its commits changed: what a fact recomputes (accounts, trades)."""
+        parts = []
+        for table in records:
+            if ctx.lake.exists(table):
+                new = self.staged_where(ctx, table, pc.field("batch_id") == self.batch_id, [record_key])
+                parts.append(new[record_key].combine_chunks().cast(pa.int64()))
+        changed = self.changed(ctx, dimension, [dimension_key])
+        if changed is not None:
+            parts.append(changed[dimension_key].combine_chunks().cast(pa.int64()))
+        if not parts:
+            return pa.array([], pa.int64())
+        return pc.unique(pa.concat_arrays(parts))
+
     def staged(self, ctx: JobContext, table: Table, *, upto: bool = False) -> DataFrame | None:
         """This micro-batch's rows of a staging table (every micro-batch up to it with `upto`, except the skipped
         ones); None if the table does not exist yet."""
