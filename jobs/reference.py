@@ -9,25 +9,28 @@ then the last line of that file. The result is upserted by key, one app-transact
 DimBroker (4.5.4): one row per HR.csv employee with job code 314, current, effective from the first day of
 DimDate, TPC-DI batch 1. Its surrogate key is derived from the employee id and that day (`jobs.scd2`). It is
 rebuilt whenever HR.csv or Date.txt rows arrive; until DimDate has rows, brokers wait.
+
+The step runs in the driver on Arrow (a hundred thousand rows of lookups): read with delta-rs, no Spark job.
 """
 
 from __future__ import annotations
 
-import functools
+import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from jobs.scd2 import END_OF_TIME, surrogate_key
+from jobs import arrow_ops as ao
+from jobs.scd2 import DAY_SLOTS, END_OF_TIME, EPOCH_1900
 from jobs.scope import BatchScope
 from schemas import sources as src
 from schemas import warehouse as wh
 from schemas.model import SourceFile, Table
 from streamdi.context import JobContext
-from streamdi.spark import literal_frame
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +44,28 @@ REFERENCE_FEEDS: tuple[tuple[SourceFile, Table], ...] = (
     (src.TAX_RATE, wh.TAX_RATE),
 )
 
-
-def latest_per_key(staged: DataFrame, key: tuple[str, ...], arrival: DataFrame) -> DataFrame:
-    """One row per key: the one that arrived last (file arrival position, then line number).
-
-    `arrival` maps `source_file` to its `file_seq` within the batch.
-    """
-    ranked = staged.join(arrival, "source_file", "left").withColumn(
-        "_rank",
-        F.row_number().over(
-            Window.partitionBy(*key).orderBy(F.col("file_seq").desc_nulls_last(), F.col("line_no").desc())
-        ),
-    )
-    return ranked.where(F.col("_rank") == 1).drop("_rank", "file_seq")
+_SEQ = "_file_seq"
 
 
-def build_reference_table(staged: DataFrame, target: Table, arrival: DataFrame) -> DataFrame:
-    """Warehouse rows of a reference table from its staged rows of one batch."""
-    return latest_per_key(staged, target.key, arrival).select(*target.column_names)
+def with_arrival(staged: pa.Table, file_seq: Mapping[str, int]) -> pa.Table:
+    """`staged` with `_file_seq`: the position of its `source_file` among the micro-batch's files (`file_seq`),
+    -1 for a file that is not one of them (a line staged by an earlier micro-batch), so it loses to every
+    file of this one."""
+    names = sorted(file_seq)
+    positions = pc.index_in(staged["source_file"], value_set=pa.array(names, pa.large_string()))
+    seq = pc.take(pa.array([file_seq[n] for n in names] + [-1], pa.int64()), pc.fill_null(positions, len(names)))
+    return staged.append_column(_SEQ, seq)
+
+
+def latest_per_key(staged: pa.Table, key: Sequence[str], file_seq: Mapping[str, int]) -> pa.Table:
+    """One row per key: the one that arrived last (file arrival position, then line number)."""
+    ordered = ao.sort(with_arrival(staged, file_seq), [*key, _SEQ, "line_no"])
+    return ao.last_of_groups(ordered, key)
+
+
+def build_reference_table(staged: pa.Table, target: Table, file_seq: Mapping[str, int]) -> pa.Table:
+    """Warehouse rows of a reference table from its staged rows of one micro-batch."""
+    return latest_per_key(staged, target.key, file_seq).select(target.column_names)
 
 
 @dataclass
@@ -71,84 +78,78 @@ class TransformReport:
 BROKER_JOB_CODE = 314
 
 
-def build_brokers(hr: DataFrame, first_day: DataFrame) -> DataFrame:
-    """DimBroker rows from HR employees (one row per employee id, the last delivered line winning) and the
-    one-row, one-column DataFrame `first_day` (the earliest DimDate day)."""
-    day = first_day.select(F.col(first_day.columns[0]).cast("date").alias("effectivedate"))
-    brokers = hr.where(F.col("employeejobcode") == BROKER_JOB_CODE).crossJoin(day)
-    return brokers.select(
-        surrogate_key("employeeid", "effectivedate").alias("sk_brokerid"),
-        F.col("employeeid").alias("brokerid"),
-        F.col("managerid"),
-        F.col("employeefirstname").alias("firstname"),
-        F.col("employeelastname").alias("lastname"),
-        F.col("employeemi").alias("middleinitial"),
-        F.col("employeebranch").alias("branch"),
-        F.col("employeeoffice").alias("office"),
-        F.col("employeephone").alias("phone"),
-        F.lit(True).alias("iscurrent"),
-        F.lit(1).alias("batchid"),
-        F.col("effectivedate"),
-        F.lit(END_OF_TIME).alias("enddate"),
+def latest_employees(hr: pa.Table, file_seq: Mapping[str, int]) -> pa.Table:
+    """One HR line per employee id: the last delivered one (micro-batch, then the file's position in this
+    micro-batch, then file name, then line)."""
+    ordered = ao.sort(with_arrival(hr, file_seq), ["employeeid", "batch_id", _SEQ, "source_file", "line_no"])
+    return ao.last_of_groups(ordered, ["employeeid"])
+
+
+def build_brokers(hr: pa.Table, first_day: dt.date) -> pa.Table:
+    """DimBroker rows (declared columns, any order) from HR employees (one line per employee id) and the
+    earliest DimDate day: the employees with job code 314."""
+    brokers = hr.filter(pc.fill_null(pc.equal(hr["employeejobcode"], BROKER_JOB_CODE), False))
+    n = brokers.num_rows
+    ids = np.asarray(ao.column(brokers, "employeeid").cast(pa.int64()), dtype=np.int64)
+    day_slot = (first_day - EPOCH_1900).days
+    return pa.table(
+        {
+            "sk_brokerid": pa.array(ids * DAY_SLOTS + day_slot, pa.int64()),
+            "brokerid": brokers["employeeid"],
+            "managerid": brokers["managerid"],
+            "firstname": brokers["employeefirstname"],
+            "lastname": brokers["employeelastname"],
+            "middleinitial": brokers["employeemi"],
+            "branch": brokers["employeebranch"],
+            "office": brokers["employeeoffice"],
+            "phone": brokers["employeephone"],
+            "iscurrent": pa.array([True] * n, pa.bool_()),
+            "batchid": pa.array([1] * n, pa.int32()),
+            "effectivedate": pa.array([first_day] * n, pa.date32()),
+            "enddate": pa.array([END_OF_TIME] * n, pa.date32()),
+        }
     )
 
 
 def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
     """Upsert the batch's staged reference rows into the warehouse tables (one commit per table)."""
     batch_id = scope.batch_id
-    # built on first use: a micro-batch without reference files should not pay for it
-    arrival = functools.cache(
-        lambda: literal_frame(ctx.spark, sorted(scope.file_seq.items()), "source_file string, file_seq int")
-    )
     rows: dict[str, int] = {}
     committed: dict[str, bool] = {}
     for source, target in REFERENCE_FEEDS:
-        if not scope.carries(source.name):
+        if not scope.carries(source.name) or not ctx.lake.exists(source.staging):
             continue
-        staged = scope.staged(ctx, source.staging)
-        if staged is None or scope.committed(ctx, "T0", target):
+        if scope.committed(ctx, "T0", target):
             continue
-        result = build_reference_table(staged, target, arrival())
-        data = ctx.lake.to_arrow(target, result)
+        staged = _this_batch(ctx, scope, source.staging)
+        data = ctx.lake.to_arrow(target, build_reference_table(staged, target, scope.file_seq))
         if data.num_rows == 0:
             continue
         commit = ctx.lake.upsert(target, data, app_id=scope.app_id("T0", target), version=batch_id)
         rows[target.name] = data.num_rows
         committed[target.name] = commit.committed
-    _run_brokers(ctx, scope, arrival, rows, committed)
+    _run_brokers(ctx, scope, rows, committed)
     return TransformReport(batch_id, rows, committed)
 
 
-def _run_brokers(
-    ctx: JobContext,
-    scope: BatchScope,
-    arrival: Callable[[], DataFrame],
-    rows: dict[str, int],
-    committed: dict[str, bool],
-) -> None:
+def _this_batch(ctx: JobContext, scope: BatchScope, table: Table) -> pa.Table:
+    return scope.staged_where(ctx, table, pc.field("batch_id") == scope.batch_id)
+
+
+def _run_brokers(ctx: JobContext, scope: BatchScope, rows: dict[str, int], committed: dict[str, bool]) -> None:
     if not scope.carries(src.HR.name, src.DATE_FILE.name):
         return
-    hr_new = scope.staged(ctx, src.HR.staging)
-    date_new = scope.staged(ctx, src.DATE_FILE.staging)
-    arrived = any(df is not None and not df.isEmpty() for df in (hr_new, date_new))
+    arrived = any(
+        ctx.lake.exists(t) and _this_batch(ctx, scope, t).num_rows for t in (src.HR.staging, src.DATE_FILE.staging)
+    )
     if not arrived or not ctx.lake.exists(wh.DIM_DATE) or scope.committed(ctx, "T0", wh.DIM_BROKER):
         return
-    first_day = ctx.lake.read(wh.DIM_DATE).agg(F.min("datevalue"))
-    if first_day.first()[0] is None:
+    first_day = pc.min(ctx.lake.read_columns(wh.DIM_DATE, ["datevalue"])["datevalue"]).as_py()
+    if first_day is None or not ctx.lake.exists(src.HR.staging):
         return
-    hr_all = scope.staged(ctx, src.HR.staging, upto=True)
-    if hr_all is None:
-        return
-    # every HR line so far, the last delivered one per employee winning (micro-batch, then file, then line)
-    order = Window.partitionBy("employeeid").orderBy(
-        F.col("batch_id").desc(),
-        F.col("file_seq").desc_nulls_last(),
-        F.col("source_file").desc(),
-        F.col("line_no").desc(),
-    )
-    ranked = hr_all.join(arrival(), "source_file", "left").withColumn("_n", F.row_number().over(order))
-    latest = ranked.where(F.col("_n") == 1)
-    data = ctx.lake.to_arrow(wh.DIM_BROKER, build_brokers(latest, first_day))
+    # every HR line so far (the skipped micro-batches' excepted), the last delivered one per employee winning
+    hr_all = scope.staged_where(ctx, src.HR.staging, pc.scalar(True))
+    data = ctx.lake.to_arrow(wh.DIM_BROKER, build_brokers(latest_employees(hr_all, scope.file_seq), first_day))
     commit = ctx.lake.upsert(wh.DIM_BROKER, data, app_id=scope.app_id("T0", wh.DIM_BROKER), version=scope.batch_id)
     rows[wh.DIM_BROKER.name] = data.num_rows
     committed[wh.DIM_BROKER.name] = commit.committed

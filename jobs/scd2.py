@@ -30,8 +30,8 @@ from pyspark.sql import functions as F
 from schemas.model import Table
 
 END_OF_TIME = dt.date(9999, 12, 31)
-_EPOCH = dt.date(1900, 1, 1)
-_DAY_SLOTS = 100_000  # days since 1900-01-01 fit below this until the year 2173
+EPOCH_1900 = dt.date(1900, 1, 1)
+DAY_SLOTS = 100_000  # days since 1900-01-01 fit below this until the year 2173
 
 # Column names of the change-record contract (see build_versions).
 TS = "_ts"
@@ -45,7 +45,7 @@ def surrogate_key(natural: str | Column, day: str | Column) -> Column:
     """
     natural = F.col(natural) if isinstance(natural, str) else natural
     day = F.col(day) if isinstance(day, str) else day
-    return natural.cast("bigint") * F.lit(_DAY_SLOTS) + F.datediff(day, F.lit(_EPOCH)).cast("bigint")
+    return natural.cast("bigint") * F.lit(DAY_SLOTS) + F.datediff(day, F.lit(EPOCH_1900)).cast("bigint")
 
 
 def hashed_surrogate_key(tag: str, natural: Sequence[str | Column], day: str | Column) -> Column:

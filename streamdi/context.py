@@ -6,6 +6,8 @@ clock; the platform creates one context per process (`open_context`).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import TYPE_CHECKING
 
 from streamdi.lake import Lake
@@ -26,14 +28,27 @@ class JobContext:
         self._spark = spark
         self.lake = lake or Lake(settings.lake_root, spark, spark_factory=lambda: self.spark)
         self._warehouse: Warehouse | None = None
+        self._starting = threading.Lock()
 
     @property
     def spark(self) -> SparkSession:
-        if self._spark is None:
-            from streamdi.spark import get_spark
+        with self._starting:  # a start begun by `start_spark` is waited for, not repeated
+            if self._spark is None:
+                from streamdi.spark import get_spark
 
-            self._spark = get_spark(self.settings)
+                self._spark = get_spark(self.settings)
         return self._spark
+
+    def start_spark(self) -> None:
+        """Start Spark in a background thread, for a caller that knows it will need it: the JVM starts on the
+        idle core while the process imports and parses. `spark` waits for that start; if it fails, `spark`
+        starts again and raises the error where it is handled."""
+        if self._spark is None:
+            threading.Thread(target=self._start_quietly, name="spark-start", daemon=True).start()
+
+    def _start_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            _ = self.spark
 
     @property
     def warehouse(self) -> Warehouse:

@@ -67,6 +67,7 @@ def transform_job(ctx: JobContext, batch_id: int) -> dict:
     batch's transform in the batch log (its later steps and its migration wait for an operator; the detail then
     has `halted`); otherwise the stage is marked done."""
     warm_up()  # the warehouse suites need Great Expectations after the first step
+    ctx.start_spark()  # the JVM starts while the step reads its scope and the reference data
     batch_log = BatchLog(ctx.lake)
     report = transform.run(ctx, batch_id, attempt=batch_log.resumes(batch_id, "transform"))
     detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
@@ -151,6 +152,8 @@ def run_pending(
     plan = [(b, stage) for b, stage in batch_log.pending() if STAGES.index(stage) <= last]
     if on_plan:
         on_plan(plan)
+    if any(stage_name == "transform" for _, stage_name in plan):
+        ctx.start_spark()  # the JVM starts on the idle core while staging parses and imports
     report = RunReport(collected=collected)
     for batch_id, stage_name in plan:
         started = time.perf_counter()
