@@ -7,10 +7,13 @@ Not a DAG file (listed in `.airflowignore`); the DAG files import it. It builds 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+from collections.abc import Callable
 
-from airflow.sdk import Asset, Param
+from airflow.sdk import Asset, Param, task
+from airflow.sdk.exceptions import AirflowFailException
 
-from streamdi.orchestration import MIGRATION_MODES, REPORT_URL_PATH
+from streamdi.orchestration import MIGRATION_MODES, REPORT_URL_PATH, FailFast
 
 # The Delta warehouse (every warehouse table in the lake) and the PostgreSQL warehouse (schema dw). Tasks that
 # commit to them declare them as outlets, so a DAG can be scheduled on "the warehouse changed".
@@ -33,6 +36,24 @@ SHORT = dt.timedelta(minutes=10)  # execution_timeout of tasks that start neithe
 REPORT_LINK = f"[quality report]({REPORT_URL_PATH}) (also in the menu: *Browse → streamdi quality report*)"
 
 
+def streamdi_task(**kwargs) -> Callable:
+    """`@task` for streamdi's job functions: its result is one XCom (`return_value`; a dict result is not also
+    split into one XCom per key), and an error retrying cannot fix (`orchestration.FailFast`: wrong input, a
+    halted batch) fails the task at once instead of after its retries, with the message that says what to do."""
+
+    def decorate(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def run(*args, **kw):
+            try:
+                return function(*args, **kw)
+            except FailFast as e:
+                raise AirflowFailException(str(e)) from e
+
+        return task(multiple_outputs=False, **kwargs)(run)
+
+    return decorate
+
+
 def migration_mode_param(default: str = "push") -> Param:
     return Param(
         default,
@@ -45,7 +66,8 @@ def migration_mode_param(default: str = "push") -> Param:
 
 
 def data_dir_param(description: str) -> Param:
-    return Param("", type="string", title="Data directory", description=description)
+    """May stay empty (null): the form's Trigger button accepts it."""
+    return Param(None, type=["null", "string"], title="Data directory", description=description)
 
 
 def batch_param() -> Param:
@@ -54,7 +76,9 @@ def batch_param() -> Param:
         type="integer",
         minimum=1,
         title="Batch to load",
-        description="The TPC-DI batch folder of the data directory to deliver (1 = historical load, 2.. incremental).",
+        description="The TPC-DI batch folder of the data directory to deliver (1 = historical load, 2.. incremental). "
+        "This is the TPC-DI batch, not streamdi's micro-batch number: micro-batches count every collection, so after "
+        "streamdi_setup (whose reference files are micro-batch 1) Batch1 becomes micro-batch 2.",
     )
 
 
@@ -66,5 +90,5 @@ def scale_factor_param() -> Param:
         maximum=100,
         title="Scale factor (demo)",
         description="Only used when the data directory is empty: a TPC-DI data set of this scale factor is generated "
-        "into <STREAMDI_HOME>/data/sf<SCALE> (once) and loaded.",
+        "into <STREAMDI_HOME>/data/sf<SCALE> (once) and loaded. Use the same one in streamdi_setup and the loads.",
     )

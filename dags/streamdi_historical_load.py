@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, TriggerRule, task
+from airflow.sdk import DAG, TriggerRule
 from streamdi_common import (
     DEFAULT_ARGS,
     DELTA_WAREHOUSE,
@@ -15,6 +15,7 @@ from streamdi_common import (
     data_dir_param,
     migration_mode_param,
     scale_factor_param,
+    streamdi_task,
 )
 
 from streamdi import orchestration
@@ -44,7 +45,7 @@ batch log. Run **streamdi_setup** first.
 
 | task | job |
 |---|---|
-| deliver | `data_dir/Batch<batch>` into the landing zone (generates a demo data set when `data_dir` is empty) |
+| deliver | `data_dir/Batch<batch>` into the landing zone (empty `data_dir`: the demo data set of `scale_factor`) |
 | collect | registers the new files as the next micro-batch |
 | stage | parses every file into Delta staging (`staging.*`, rejects with reasons) |
 | validate | staged counts reconcile, no batch halted (data-quality suites replace this check) |
@@ -52,36 +53,41 @@ batch log. Run **streamdi_setup** first.
 | migrate | PostgreSQL, one transaction per batch (`migration_mode=push`); skipped with `none` |
 | audit | TPC-DI audit checks on the Delta warehouse against the staged audit figures |
 
+`batch` is the TPC-DI batch folder; the micro-batch numbers in logs and reports count every collection (after
+streamdi_setup, Batch1 is micro-batch 2). Errors a retry cannot fix (a missing folder, a file that clashes with
+another data set's, a halted batch) fail their task at once with what to do. An empty `data_dir` means the demo
+data set of `scale_factor`, generated once, as in streamdi_setup: give both DAGs the same one.
+
 Each task runs every earlier pending step first, in batch-log order, so a retry or a rerun resumes where the
 last one stopped. Batch states: {REPORT_LINK}; the latest audit: [audit.txt](/streamdi/reports/audit.txt).
 """,
 ) as dag:
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def deliver(params: dict | None = None) -> dict:
         return orchestration.deliver_data_batch(params["data_dir"], params["batch"], params["scale_factor"])
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def collect() -> dict:
         return orchestration.collect_landed()
 
-    @task
+    @streamdi_task()
     def stage(collected: dict) -> dict:
         return orchestration.process_batches(collected["last_batch"], "stage", "none")
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def validate(collected: dict) -> dict:
         return orchestration.validate_staged(collected["last_batch"])
 
-    @task(outlets=[DELTA_WAREHOUSE])
+    @streamdi_task(outlets=[DELTA_WAREHOUSE])
     def transform(collected: dict, params: dict | None = None) -> dict:
         return orchestration.process_batches(collected["last_batch"], "transform", params["migration_mode"])
 
-    @task(outlets=[POSTGRES_WAREHOUSE])
+    @streamdi_task(outlets=[POSTGRES_WAREHOUSE])
     def migrate(collected: dict, params: dict | None = None) -> dict:
         return orchestration.migrate_batches(collected["last_batch"], params["migration_mode"])
 
-    @task(trigger_rule=TriggerRule.NONE_FAILED)
+    @streamdi_task(trigger_rule=TriggerRule.NONE_FAILED)
     def audit() -> dict:
         return orchestration.audit_warehouse()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG
 from streamdi_common import (
     DEFAULT_ARGS,
     DELTA_WAREHOUSE,
@@ -12,6 +12,7 @@ from streamdi_common import (
     START_DATE,
     TAGS,
     migration_mode_param,
+    streamdi_task,
 )
 
 from streamdi import orchestration
@@ -41,11 +42,11 @@ Batch states: {REPORT_LINK}.
 """,
 ) as dag:
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def collect() -> dict:
         return orchestration.collect_landed()
 
-    @task(outlets=[DELTA_WAREHOUSE, POSTGRES_WAREHOUSE])
+    @streamdi_task(outlets=[DELTA_WAREHOUSE, POSTGRES_WAREHOUSE])
     def process_pending(params: dict | None = None) -> dict:
         return orchestration.process_batches(None, "migrate", params["migration_mode"], skip_when_idle=True)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, task
-from streamdi_common import DEFAULT_ARGS, POSTGRES_WAREHOUSE, REPORT_LINK, START_DATE, TAGS
+from airflow.sdk import DAG
+from streamdi_common import DEFAULT_ARGS, POSTGRES_WAREHOUSE, REPORT_LINK, START_DATE, TAGS, streamdi_task
 
 from streamdi import orchestration
 
@@ -27,7 +27,7 @@ shown as skipped. Batch states: {REPORT_LINK}.
 """,
 ) as dag:
 
-    @task(outlets=[POSTGRES_WAREHOUSE])
+    @streamdi_task(outlets=[POSTGRES_WAREHOUSE])
     def migrate() -> dict:
         return orchestration.migrate_transformed(skip_when_idle=True)
 

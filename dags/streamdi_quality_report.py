@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, task
-from streamdi_common import DEFAULT_ARGS, DELTA_WAREHOUSE, POSTGRES_WAREHOUSE, REPORT_LINK, START_DATE, TAGS
+from airflow.sdk import DAG
+from streamdi_common import (
+    DEFAULT_ARGS,
+    DELTA_WAREHOUSE,
+    POSTGRES_WAREHOUSE,
+    REPORT_LINK,
+    START_DATE,
+    TAGS,
+    streamdi_task,
+)
 
 from streamdi import orchestration
 
@@ -16,11 +24,14 @@ with DAG(
     start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
+    # unpaused from the start: the report follows every load without a manual step (the other DAGs start paused)
+    is_paused_upon_creation=False,
     default_args={**DEFAULT_ARGS, "execution_timeout": dt.timedelta(minutes=10)},
     tags=[*TAGS, "quality"],
     doc_md=f"""
 ### streamdi quality report
-Runs whenever the Delta or the PostgreSQL warehouse asset is updated (and on demand). **write_report** reads the
+Runs whenever the Delta or the PostgreSQL warehouse asset is updated (and on demand); it is the one streamdi DAG
+that starts unpaused, so the report follows every load without a manual step. **write_report** reads the
 validation results (Delta `quality.results`, `quality.quarantine`) and the batch log, and writes:
 
 - `<STREAMDI_HOME>/reports/quality/index.html`, the {REPORT_LINK}: every micro-batch × validated table with the
@@ -35,7 +46,7 @@ The same report from a shell: `streamdi quality report`. See docs/reports.md.
 """,
 ) as dag:
 
-    @task
+    @streamdi_task()
     def write_report() -> dict:
         return orchestration.write_quality_report()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG
 from streamdi_common import (
     DEFAULT_ARGS,
     DELTA_WAREHOUSE,
@@ -13,6 +13,8 @@ from streamdi_common import (
     TAGS,
     data_dir_param,
     migration_mode_param,
+    scale_factor_param,
+    streamdi_task,
 )
 
 from streamdi import orchestration
@@ -29,8 +31,10 @@ with DAG(
     params={
         "data_dir": data_dir_param(
             "A TPC-DI data set (folders Batch1, Batch2, ...) whose Batch1 reference files (Date, Time, Industry, "
-            "StatusType, TaxRate, TradeType, BatchDate) are loaded. Empty: the reference sample bundled with streamdi."
+            "StatusType, TaxRate, TradeType, BatchDate) are loaded. Empty: those of the demo data set of the scale "
+            "factor below, the data set streamdi_historical_load loads when its data directory is empty."
         ),
+        "scale_factor": scale_factor_param(),
         "migration_mode": migration_mode_param(),
     },
     doc_md=f"""
@@ -38,31 +42,35 @@ with DAG(
 Run once per environment, before any load (running it again changes nothing):
 
 1. **create_objects**: the Delta batch log and every PostgreSQL object (schemas, roles, ledger, `dw.*` tables);
-2. **deliver_reference_data**: the reference files of `data_dir/Batch1` (or the bundled sample) into the landing zone;
+2. **deliver_reference_data**: the reference files of `data_dir/Batch1` into the landing zone (with an empty
+   `data_dir`: of the demo data set of `scale_factor`, generated once into `<STREAMDI_HOME>/data/sf<scale_factor>`;
+   give the historical load the same `data_dir` or `scale_factor`);
 3. **collect** them as a micro-batch, **load_reference_data** (stage → transform → migrate, in batch-log order);
 4. **validate**: staged counts reconcile (lines read = staged + rejected) and no batch is halted.
 
+Its reference files are micro-batch 1; a historical load after it is micro-batch 2. Errors that a retry cannot
+fix (a missing folder, a file that clashes with another data set's) fail the task at once and say what to do.
 Then trigger **streamdi_historical_load**. Batch states: {REPORT_LINK}.
 """,
 ) as dag:
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def create_objects() -> dict:
         return orchestration.create_objects()
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def deliver_reference_data(params: dict | None = None) -> dict:
-        return orchestration.deliver_reference_data(params["data_dir"])
+        return orchestration.deliver_reference_data(params["data_dir"], scale_factor=params["scale_factor"])
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def collect() -> dict:
         return orchestration.collect_landed()
 
-    @task(outlets=[DELTA_WAREHOUSE, POSTGRES_WAREHOUSE])
+    @streamdi_task(outlets=[DELTA_WAREHOUSE, POSTGRES_WAREHOUSE])
     def load_reference_data(collected: dict, params: dict | None = None) -> dict:
         return orchestration.process_batches(collected["last_batch"], "migrate", params["migration_mode"])
 
-    @task(execution_timeout=SHORT)
+    @streamdi_task(execution_timeout=SHORT)
     def validate(collected: dict) -> dict:
         return orchestration.validate_staged(collected["last_batch"])
 

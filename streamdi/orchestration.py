@@ -21,6 +21,7 @@ and returns a JSON-serialisable dict, so a task's return value shows up as its X
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import html
 import json
@@ -60,7 +61,12 @@ DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
 REPORT_URL_PATH = "/streamdi/reports/quality/index.html"
 
 
-class BatchHalted(RuntimeError):
+class FailFast(RuntimeError):
+    """An error that retrying cannot fix (wrong input, a halted batch): the DAG tasks fail at once, without their
+    retries, and the message says what to do."""
+
+
+class BatchHalted(FailFast):
     """A batch is halted (by a data-quality policy): nothing after it may run until an operator acts."""
 
 
@@ -85,34 +91,81 @@ def _sample_dir() -> Path:
     return Path(str(files("streamdi") / "sample"))
 
 
-def deliver_reference_data(data_dir: str | Path | None = None, settings: Settings | None = None) -> dict:
-    """Put the reference files of `data_dir/Batch1` (default: the bundled sample) into `landing/Batch1/`.
+def deliver_reference_data(
+    data_dir: str | Path | None = None, settings: Settings | None = None, *, scale_factor: float | None = None
+) -> dict:
+    """Put the reference files of `data_dir/Batch1` into `landing/Batch1/`. Without `data_dir`: those of the demo
+    data set of `scale_factor` (generated first if needed, the one `deliver_data_batch` loads without a
+    `data_dir`), or, without a scale factor either, of the reference sample bundled with streamdi.
 
     Files already delivered with the same bytes are left alone, so a later delivery of the whole Batch1 brings
     only the rest and the collector never registers a file twice.
     """
-    from streamdi.delivery import _place, batch_dir
+    from streamdi.delivery import _place
 
     settings = _settings(settings)
-    source = batch_dir(Path(data_dir) if data_dir else _sample_dir(), 1)
+    if data_dir:
+        root = Path(data_dir)
+    elif scale_factor is not None:
+        root = demo_data_set(scale_factor, 1, settings)
+    else:
+        root = _sample_dir()
+    source = _batch_folder(root, 1)
     delivered = []
-    missing = []
-    for name in REFERENCE_FILES:
-        path = source / name
-        if not path.is_file():
-            missing.append(name)
-            continue
-        if _place(path, settings.landing_dir / "Batch1" / name):
-            delivered.append(f"Batch1/{name}")
+    missing = [name for name in REFERENCE_FILES if not (source / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{source} lacks the reference file(s) {', '.join(missing)}")
+        raise FailFast(
+            f"{source} lacks the reference file(s) {', '.join(missing)}: give a TPC-DI data set directory (folders "
+            "Batch1, Batch2, ...), or leave the data directory empty for the demo data set"
+        )
+    for name in REFERENCE_FILES:
+        with _landing_conflicts(root):
+            if _place(source / name, settings.landing_dir / "Batch1" / name):
+                delivered.append(f"Batch1/{name}")
     log.info("reference data: delivered %d new file(s) from %s into %s", len(delivered), source, settings.landing_dir)
     return {"from": str(source), "delivered": delivered}
+
+
+def _batch_folder(data_dir: Path, batch: int) -> Path:
+    from streamdi.delivery import batch_dir
+
+    try:
+        return batch_dir(data_dir, batch)
+    except FileNotFoundError as e:
+        raise FailFast(
+            f"{e}. Give a TPC-DI data set directory as the Airflow workers see it, or leave it empty "
+            "for the demo data set"
+        ) from e
+
+
+@contextlib.contextmanager
+def _landing_conflicts(data_dir: Path):
+    """A file of `data_dir` whose name is taken in the landing zone by other bytes: a deterministic error."""
+    try:
+        yield
+    except FileExistsError as e:
+        raise FailFast(
+            f"{e}. The landing zone already holds a file of that name from another data set (each streamdi home "
+            f"loads one data set; {data_dir} is not the one loaded so far). Use the data directory (or, when it is "
+            "empty, the scale factor) of the earlier runs, or a new STREAMDI_HOME for another data set"
+        ) from e
 
 
 def default_data_dir(scale_factor: float, settings: Settings | None = None) -> Path:
     """Where a demo data set of `scale_factor` lives: `<STREAMDI_HOME>/data/sf<scale_factor>` (as `streamdi demo`)."""
     return _settings(settings).home / "data" / f"sf{scale_factor:g}"
+
+
+def demo_data_set(scale_factor: float, batch: int, settings: Settings | None = None) -> Path:
+    """The demo data set of `scale_factor` (`default_data_dir`), generated first when its `Batch<batch>` is not
+    there yet (a demo run from the UI needs nothing prepared)."""
+    folder = default_data_dir(scale_factor, settings)
+    if not (folder / f"Batch{batch}" / "BatchDate.txt").exists():
+        from streamdi.generator import Params, generate
+
+        log.info("generating a TPC-DI data set at scale factor %g into %s", scale_factor, folder)
+        generate(Params(scale_factor=scale_factor), folder)
+    return folder
 
 
 def deliver_data_batch(
@@ -121,21 +174,16 @@ def deliver_data_batch(
     """Deliver `data_dir/Batch<batch>` whole into the landing zone.
 
     Without `data_dir`, the data set is `<STREAMDI_HOME>/data/sf<scale_factor>`, generated first when it does not
-    exist yet (a demo run from the UI needs nothing prepared).
+    exist yet (a demo run from the UI needs nothing prepared). A missing folder or a file that clashes with one
+    already landed raises FailFast (retrying cannot help).
     """
     from streamdi.delivery import deliver_batch
 
     settings = _settings(settings)
-    if data_dir:
-        folder = Path(data_dir)
-    else:
-        folder = default_data_dir(scale_factor, settings)
-        if not (folder / f"Batch{batch}" / "BatchDate.txt").exists():
-            from streamdi.generator import Params, generate
-
-            log.info("generating a TPC-DI data set at scale factor %g into %s", scale_factor, folder)
-            generate(Params(scale_factor=scale_factor), folder)
-    delivered = deliver_batch(folder, batch, settings.landing_dir)
+    folder = Path(data_dir) if data_dir else demo_data_set(scale_factor, batch, settings)
+    _batch_folder(folder, batch)
+    with _landing_conflicts(folder):
+        delivered = deliver_batch(folder, batch, settings.landing_dir)
     log.info("Batch%d: delivered %d new file(s) from %s into %s", batch, len(delivered), folder, settings.landing_dir)
     return {"data_dir": str(folder), "batch": batch, "delivered": len(delivered)}
 
@@ -212,9 +260,9 @@ def _pending(batch_log, last_batch: int | None, last_stage: str, migration_mode:
     stage (as `run_pending` would), `last_batch` runs up to `last_stage`; None means every batch up to `last_stage`.
     Migrate steps are left out in migration mode "none"."""
     if last_stage not in STAGES:
-        raise ValueError(f"unknown stage {last_stage!r}; stages are {STAGES}")
+        raise FailFast(f"unknown stage {last_stage!r}; stages are {STAGES}")
     if migration_mode not in MIGRATION_MODES:
-        raise ValueError(f"unknown migration mode {migration_mode!r}; modes are {MIGRATION_MODES}")
+        raise FailFast(f"unknown migration mode {migration_mode!r}; modes are {MIGRATION_MODES}")
     last = STAGES.index(last_stage)
 
     def wanted(b: int, stage: str) -> bool:
@@ -319,7 +367,7 @@ def validate_staged(last_batch: int | None = None, settings: Settings | None = N
     batch up to `last_batch` is not halted, and its counts reconcile (lines read = staged + rejected +
     quarantined).
 
-    Raises ValueError naming the batch when counts do not reconcile; files that match no declared source are
+    Raises FailFast naming the batch when counts do not reconcile; files that match no declared source are
     logged as warnings.
     """
     from schemas.platform import BATCH_EVENTS
@@ -340,7 +388,7 @@ def validate_staged(last_batch: int | None = None, settings: Settings | None = N
         b = event["batch_id"]
         accounted = sum(detail.get(k, 0) for k in ("staged", "rejected", "quarantined", "held"))
         if detail.get("read") != accounted:
-            raise ValueError(
+            raise FailFast(
                 f"micro-batch {b}: lines read do not reconcile with staged + rejected + quarantined: {detail}"
             )
         for name in detail.get("unknown_files", []):

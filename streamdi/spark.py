@@ -6,12 +6,17 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -40,38 +45,69 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     )
     if settings.jvm_class_archive:
         java_options += " " + jvm_archive.driver_options(runtime)
-    builder = (
-        SparkSession.builder.master(settings.spark_master)
-        .appName(app_name)
-        .config("spark.ui.enabled", str(settings.spark_ui).lower())
-        .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
-        .config("spark.driver.memory", settings.spark_driver_memory)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.ansi.enabled", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    options = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.ansi.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Call-site capture for error messages costs JVM round trips on every DataFrame call; errors still
         # carry the JVM stack and our own log context.
-        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # Runtime bloom filters size a bit array for a million rows per join task; our joins meet small
         # micro-batches, where building them cost a third of a step (measured: T2 10 s -> 7 s per micro-batch).
-        .config("spark.sql.optimizer.runtime.bloomFilter.enabled", "false")
+        "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
         # Below this size, `createDataFrame` of Arrow data makes a local relation, and the optimizer then evaluates
         # every expression over it in the driver, interpreted, on one thread (measured when Spark still parsed the
         # staged files: FINWIRE at SF 3, 40 MB, 13-16 s of "optimization"). Small frames still stay local.
-        .config("spark.sql.execution.arrow.localRelationThreshold", str(256 * 1024))
+        "spark.sql.execution.arrow.localRelationThreshold": str(256 * 1024),
         # A micro-batch compiles ~235 generated classes; the default cache of 100 evicted them before the next
         # micro-batch could reuse them (measured at SF 3: 235 -> ~30 compilations, 18.0 s -> 15.7 s per micro-batch).
-        .config("spark.sql.codegen.cache.maxEntries", "1000")
-        .config("spark.driver.extraJavaOptions", java_options)
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
-    )
+        "spark.sql.codegen.cache.maxEntries": "1000",
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    }
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-    spark = builder.getOrCreate()
+        options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
+    conf = SparkConf().setAll(list(options.items()))
+    if SparkContext._gateway is None:  # no JVM yet in this process (a stopped session leaves its JVM running)
+        _start_jvm(conf)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+JVM_NOTICES = re.compile(
+    r"WARNING: Using incubator modules|Setting default log level to|To adjust logging level use sc.setLogLevel"
+)
+jvm_log = logging.getLogger("streamdi.jvm")
+
+
+def _start_jvm(conf: SparkConf) -> None:
+    """Start the driver JVM with its stderr read into Python logging (PySpark's `launch_gateway` takes the Popen
+    arguments for this), then the SparkContext on it. Inherited, the JVM's stderr would reach Airflow's task logs
+    as ERROR lines, three of them notices of every start (`JVM_NOTICES`, logged at DEBUG here); any other line
+    (log4j's errors, a crash) is logged at WARNING by `streamdi.jvm`."""
+    read_end, write_end = os.pipe()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    finally:
+        os.close(write_end)  # the JVM holds its own copy; the reader sees EOF when the JVM exits
+    threading.Thread(target=_forward_stderr, args=(read_end,), name="jvm-stderr", daemon=True).start()
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def _forward_stderr(fd: int) -> None:
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            text = line.rstrip()
+            if text:
+                jvm_log.log(logging.DEBUG if JVM_NOTICES.search(text) else logging.WARNING, "%s", text)
 
 
 def literal_frame(spark: SparkSession, rows: Sequence[Sequence[object]], schema: str | T.StructType) -> DataFrame:

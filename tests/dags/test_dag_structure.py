@@ -97,13 +97,41 @@ def test_ui_parameters_are_validated_and_described(dagbag):
     assert set(params) == {"data_dir", "batch", "scale_factor", "migration_mode"}
     for name in params:
         assert params.get_param(name).description, name
-    assert params.validate() == {"data_dir": "", "batch": 1, "scale_factor": 0.01, "migration_mode": "push"}
+    # the trigger form's defaults are valid as they are: an empty data directory is null, not "required"
+    assert params.validate() == {"data_dir": None, "batch": 1, "scale_factor": 0.01, "migration_mode": "push"}
+    assert params.get_param("data_dir").resolve("/data/tpcdi") == "/data/tpcdi"
     for name, bad in (("batch", 0), ("batch", "one"), ("migration_mode", "pull"), ("scale_factor", 0)):
         with pytest.raises(ParamValidationError):
             params.get_param(name).resolve(bad)
     assert params.get_param("batch").resolve(3) == 3
-    assert set(dagbag.dags["streamdi_setup"].params) == {"data_dir", "migration_mode"}
+    setup = dagbag.dags["streamdi_setup"].params
+    assert set(setup) == {"data_dir", "scale_factor", "migration_mode"}
+    assert setup.validate() == {"data_dir": None, "scale_factor": 0.01, "migration_mode": "push"}
     assert set(dagbag.dags["streamdi_incremental"].params) == {"migration_mode"}
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED_TASKS))
+def test_every_task_pushes_one_xcom(dagbag, dag_id):
+    """A dict result is the task's `return_value`, not also one XCom per key."""
+    for t in dagbag.dags[dag_id].tasks:
+        assert t.multiple_outputs is False, t.task_id
+
+
+def test_only_the_report_dag_starts_unpaused(dagbag):
+    unpaused = {d for d in EXPECTED_TASKS if dagbag.dags[d].is_paused_upon_creation is False}
+    assert unpaused == {"streamdi_quality_report"}
+
+
+def test_errors_a_retry_cannot_fix_fail_the_task_at_once(dagbag):
+    """FailFast (wrong input, a halted batch) becomes AirflowFailException, which Airflow does not retry; any
+    other error stays as it is (retried)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    deliver = dagbag.dags["streamdi_historical_load"].get_task("deliver")
+    with pytest.raises(AirflowFailException, match="does not exist .*leave it empty for the demo data set"):
+        deliver.python_callable(params={"data_dir": "/nonexistent/tpcdi", "batch": 1, "scale_factor": 0.01})
+    with pytest.raises(TypeError):
+        deliver.python_callable(params={"data_dir": 42, "batch": 1, "scale_factor": 0.01})
 
 
 def test_schedule_is_configurable(monkeypatch, tmp_path):

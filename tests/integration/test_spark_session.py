@@ -14,3 +14,39 @@ def test_driver_jvm_gets_the_configured_java_options(spark, settings):
     for option in settings.spark_driver_java_options.split():
         assert option in arguments
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+
+
+def test_the_jvm_stderr_goes_to_logging_not_to_the_process_stderr(tmp_path):
+    """A new process's Spark start prints nothing on stderr (Airflow shows stderr lines as ERROR): the JVM's
+    start notices are DEBUG records of `streamdi.jvm`, and a line the JVM writes later is a WARNING record."""
+    import ast
+    import subprocess
+    import sys
+
+    script = """
+import logging, sys, time
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append((record.levelname, record.getMessage()))
+logging.getLogger("streamdi.jvm").addHandler(Keep())
+logging.getLogger("streamdi.jvm").setLevel(logging.DEBUG)
+from streamdi.settings import Settings
+from streamdi.spark import get_spark
+spark = get_spark(Settings(home=sys.argv[1], spark_master="local[1]"))
+spark._jvm.java.lang.System.err.println("a line the JVM writes to stderr")
+spark._jvm.java.lang.System.err.flush()
+for _ in range(100):
+    if any("a line the JVM writes" in m for _, m in records):
+        break
+    time.sleep(0.05)
+print(sorted(set(records)))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stderr == ""
+    records = ast.literal_eval(done.stdout.strip().splitlines()[-1])  # a printed list of tuples
+    assert ("WARNING", "a line the JVM writes to stderr") in records
+    assert ("DEBUG", "WARNING: Using incubator modules: jdk.incubator.vector") in records
+    assert {level for level, message in records if "a line the JVM writes" not in message} == {"DEBUG"}
