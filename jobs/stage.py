@@ -12,11 +12,11 @@ The two sources that are not delimited (Batch1 only) follow the same rules (`job
   declared in `schemas.finwire`, in Arrow, into `staging.finwire_cmp`, `staging.finwire_sec` and
   `staging.finwire_fin`. A line of another record type, of a length its type does not have, or with a field
   that does not fit its type is rejected.
-- CustomerMgmt.xml (`jobs.customer_mgmt`): read with Spark's XML reader (row tag `TPCDI:Action`, every value
-  read as text, surrounding spaces kept), numbered in file order (`action_seq`), then typed in Arrow into
-  `staging.customermgmt`, one row per action. An action without C_ID, with a bad ActionTS or ActionType, a
-  value not of its type, or XML the reader cannot parse is rejected (`line` holds the action as JSON, or the
-  unreadable text).
+- CustomerMgmt.xml (`jobs.customer_mgmt`): read in the driver with Python's XML parser (row tag `TPCDI:Action`,
+  every value read as text, surrounding spaces kept), numbered in file order (`action_seq`), then typed in Arrow
+  into `staging.customermgmt`, one row per action. An action without C_ID, with a bad ActionTS or ActionType, a
+  value not of its type, or XML the parser cannot read is rejected (`line` holds the action as JSON, or the
+  unreadable text); a malformed action does not keep the others of its file from being read.
 
 Pure parts: `jobs.delimited`, `jobs.finwire`, `jobs.customer_mgmt.check_actions`. Edges here: `numbered_lines`
 and `run`.
@@ -37,7 +37,6 @@ from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import functions as F
 
 from jobs import audit_figures, customer_mgmt, delimited, finwire
 from schemas import finwire as fw
@@ -166,7 +165,7 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int 
     times an operator resumed this stage: from 1 on, halt checks only warn (`overridden`).
 
     The files of one source are parsed together: a delimited source (`jobs.delimited`) and FINWIRE
-    (`jobs.finwire`) in Arrow, CustomerMgmt.xml in one Spark read per file, typed in Arrow. Two sources are
+    (`jobs.finwire`) in Arrow, CustomerMgmt.xml with Python's XML parser, typed in Arrow. Two sources are
     parsed at a time while the previous one is committed (`_overlapped`), and the commits follow a fixed order
     (delimited sources by name, FINWIRE, CustomerMgmt, rejects). Raises if the counts of a file do not reconcile
     (lines or actions read != staged + rejected), which would be a bug, not bad data.
@@ -265,10 +264,9 @@ PARSES_IN_FLIGHT = 2
 
 def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
     """The results of `parses`, in order, computed up to `PARSES_IN_FLIGHT` at a time in threads, so that one
-    source's parse (Arrow's kernels release the GIL; CustomerMgmt.xml is a Spark job) and the caller's Delta commit
-    of the previous source overlap another source's parse (SF 3 Batch1's stage: 14.4-14.7 s, one at a time
-    15.5-16.8 s). Commits stay in the caller's thread, in the fixed order; at most `PARSES_IN_FLIGHT` + 1 parsed
-    sources are held in memory."""
+    source's parse (Arrow's kernels release the GIL) and the caller's Delta commit of the previous source overlap
+    another source's parse (SF 3 Batch1's stage: 14.4-14.7 s, one at a time 15.5-16.8 s). Commits stay in the
+    caller's thread, in the fixed order; at most `PARSES_IN_FLIGHT` + 1 parsed sources are held in memory."""
     if len(parses) <= 1:
         yield from (parse() for parse in parses)
         return
@@ -344,18 +342,16 @@ def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Par
 
 
 def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
-    """Parse CustomerMgmt.xml `files` (`jobs.customer_mgmt`): ([(its staging table, staged actions)], rejected
-    actions, per-file counts); `read` counts the actions the XML reader returned (an unparseable stretch of XML
-    counts as one rejected action)."""
+    """Parse CustomerMgmt.xml `files` (`jobs.customer_mgmt`, in the driver, no Spark): ([(its staging table, staged
+    actions)], rejected actions, per-file counts); `read` counts the actions the parser found (an unreadable stretch
+    of XML counts as one rejected action)."""
     staged, rejected, read = [], [], []
     for bf in files:
-        actions = customer_mgmt.read_actions(ctx.spark, str(ctx.settings.landing_dir / bf.file)).select(
-            "action_seq",
-            "action",
-            F.lit(bf.file).alias("source_file"),
-            F.lit(bf.source_batch).cast("int").alias("source_batch"),
+        raw = customer_mgmt.read_actions(str(ctx.settings.landing_dir / bf.file))
+        n = raw.num_rows
+        raw = raw.add_column(1, "source_file", pa.array([bf.file] * n, pa.large_string())).add_column(
+            2, "source_batch", pa.array([bf.source_batch] * n, pa.int32())
         )
-        raw = customer_mgmt.raw_actions(actions).toArrow()
         rows = _with_batch(customer_mgmt.check_actions(raw), batch_id, CUSTOMER_MGMT_SOURCE)
         read.append(rows.num_rows)
         good = pc.equal(rows["reason"], "")

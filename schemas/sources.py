@@ -411,11 +411,12 @@ def source_by_name(name: str) -> SourceFile:
 
 
 # How jobs.stage finds and reads CustomerMgmt.xml (Batch1 only, like FINWIRE, whose pattern is in schemas.finwire).
-# Spark's XML reader matches the row tag as written, namespace prefix included (`TPCDI:Action`, never the root
-# `TPCDI:Actions`), and exposes attributes with a leading `_` (`_ActionType`, `Customer._C_ID`).
+# The row tag is each action (`TPCDI:Action`, never the root `TPCDI:Actions`); `jobs.customer_mgmt` matches its
+# prefix through the namespace the file binds it to, and writes attributes with a leading `_` in a rejected
+# action's JSON (`_ActionType`, `Customer._C_ID`), as Spark's XML reader, which read the file before, did.
 CUSTOMER_MGMT_PATTERN = "CustomerMgmt*.xml"
 CUSTOMER_MGMT_ROW_TAG = "TPCDI:Action"
-ACTION_TS = "yyyy-MM-dd'T'HH:mm:ss"  # ActionTS as a Spark datetime pattern
+ACTION_TS = "yyyy-MM-dd'T'HH:mm:ss"  # ActionTS, in the datetime pattern notation of `jobs.fields` (Spark's)
 CUSTOMER_MGMT_ACTION: tuple[XmlField, ...] = (
     XmlField("action_type", "@ActionType"),
     XmlField("action_ts", "@ActionTS", "timestamp"),

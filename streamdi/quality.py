@@ -513,8 +513,9 @@ def validator() -> Validator:
 
 def warm_up() -> None:
     """Build the process's Validator in a background thread. Importing Great Expectations takes seconds of pure
-    Python; started before the stage step's first Spark job, it overlaps the JVM's start and the parse instead
-    of adding to them. `validator()` waits for it (a failure surfaces there, raised again by the build)."""
+    Python; started when the stage step starts, it overlaps the parse (and the JVM's start, begun in the
+    background by a run that will transform) instead of adding to them. `validator()` waits for it (a failure
+    surfaces there, raised again by the build)."""
     if _validator is None:
         threading.Thread(target=_build_quietly, name="gx-warm-up", daemon=True).start()
 
