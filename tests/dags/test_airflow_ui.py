@@ -1,5 +1,6 @@
 """Browser test: `streamdi airflow` (real `airflow standalone`), headless Chromium logs in through the UI, the REST
-API triggers streamdi_historical_load with parameters, and the UI shows the run's success.
+API triggers streamdi_historical_load with parameters, and the UI shows the run's success; the report pages are
+served to the logged-in browser and to a token, and send anyone else to the login page.
 
 Chromium is driven through the DevTools protocol (a websocket; no extra test dependency). The screenshot of the
 finished run is kept as `test-artifacts/airflow_historical_load_run.png`.
@@ -126,11 +127,18 @@ def test_trigger_historical_load_from_the_ui(airflow, tiny_data, tmp_path):
         browser.screenshot(ARTIFACTS / "airflow_historical_load_run.png")
         assert (ARTIFACTS / "airflow_historical_load_run.png").stat().st_size > 10_000
 
-        # The quality report is linked from the UI and served by it.
-        report = httpx.get(f"{url}/streamdi/reports/index.html", timeout=30)
+        # The quality report is linked from the UI and served by it, to logged-in users only: the browser (session
+        # cookie) and an API client with a token get the pages; anyone else is sent to the login page.
+        browser.goto(f"{url}{REPORT_URL_PATH}")  # the menu entry: served from reports/quality/
+        wait_for("the quality report", lambda: "streamdi data-quality report" in browser.text(), 60, 1)
+        bearer = {"Authorization": api.headers["Authorization"]}
+        report = httpx.get(f"{url}/streamdi/reports/index.html", headers=bearer, timeout=30)
         assert report.status_code == 200 and "streamdi batch report" in report.text
-        quality = httpx.get(f"{url}{REPORT_URL_PATH}", timeout=30)  # the menu entry: served from reports/quality/
-        assert quality.status_code == 200 and "streamdi data-quality report" in quality.text
+        for page in ("/streamdi/reports/index.html", REPORT_URL_PATH, "/streamdi/reports/quality/data_docs/"):
+            anonymous = httpx.get(f"{url}{page}", timeout=30)
+            assert anonymous.status_code in (302, 307), (page, anonymous.status_code)
+            assert "/auth/" in anonymous.headers["location"] and "login" in anonymous.headers["location"]
+            assert "streamdi" not in anonymous.text.lower()
     except BaseException:
         browser.screenshot(ARTIFACTS / "airflow_ui_failure.png")
         raise
