@@ -8,7 +8,9 @@ Setting up means: a virtual environment in `.venv` with streamdi and its pinned 
 uv for speed, pip as a fallback; skipped when `pyproject.toml` has not changed), and a Java runtime that can
 run Spark 4 (found via JAVA_HOME or PATH; otherwise installed with the system package manager when this
 process may, else a clear message says what to install), and the Spark driver's class-data-sharing archive
-(`streamdi.jvm_archive`, built once per JDK and Spark version). Only the Python standard library is used here.
+(`streamdi.jvm_archive`, built once per JDK and Spark version), and the files Great Expectations' Data Docs
+load from CDNs, fetched once from the npm registry (`streamdi.web_assets`) so the quality report works offline.
+Only the Python standard library is used here.
 Extra arguments after the command are passed on (`python3 bootstrap.py test -k lake`).
 """
 
@@ -170,6 +172,17 @@ def ensure_class_archive() -> None:
         print("\n".join((built.stderr or built.stdout).strip().splitlines()[-15:]), file=sys.stderr, flush=True)
 
 
+def ensure_web_assets() -> None:
+    """The files GX's Data Docs load from CDNs, from the npm registry once (`streamdi.web_assets`), so the quality
+    report works offline. Without them the report still works online; a failure is reported and setup goes on."""
+    fetched = subprocess.run(
+        [str(BIN / "python"), "-m", "streamdi.web_assets", "fetch"], capture_output=True, text=True
+    )
+    if fetched.returncode != 0:
+        say("warning: could not fetch the Data Docs assets; the quality report's Data Docs need the network:")
+        print((fetched.stderr or fetched.stdout).strip(), file=sys.stderr, flush=True)
+
+
 def setup() -> None:
     if sys.version_info < MIN_PYTHON:
         fail(f"streamdi needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is {sys.version.split()[0]}")
@@ -177,6 +190,7 @@ def setup() -> None:
     ensure_packages()
     ensure_java()
     ensure_class_archive()
+    ensure_web_assets()
 
 
 def main(argv: list[str]) -> int:

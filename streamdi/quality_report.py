@@ -820,6 +820,7 @@ def write_report(lake: Lake, out_dir: Path, *, now: dt.datetime, data_docs: bool
             building = Path(tempfile.mkdtemp(prefix=f".{DATA_DOCS}-", dir=out_dir))
             try:
                 built = build_data_docs(data, building / DATA_DOCS)
+                _localize(building / DATA_DOCS)
                 _swap_in(building / DATA_DOCS, site)
             finally:
                 shutil.rmtree(building, ignore_errors=True)
@@ -838,6 +839,17 @@ def write_report(lake: Lake, out_dir: Path, *, now: dt.datetime, data_docs: bool
         summary=summarize(data),
         seconds={k: round(v, 3) for k, v in seconds.items()},
     )
+
+
+def _localize(site: Path) -> None:
+    """Point the site's pages at local copies of the CDN files GX's templates load (`streamdi.web_assets`); without
+    them (not fetched and no network) the pages keep their CDN links, and the log says why."""
+    from streamdi import web_assets
+
+    try:
+        web_assets.localize(site)
+    except web_assets.AssetsMissing as e:
+        log.warning("Data Docs keep their CDN links (offline they lose styles, icons and the index list): %s", e)
 
 
 @contextlib.contextmanager

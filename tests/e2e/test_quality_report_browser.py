@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from chromium import Chromium
+from chromium import Chromium, wait_for
 from test_cli_run import cli, home  # noqa: F401 - `home` is a fixture (own STREAMDI_HOME, server stopped after)
 
 from streamdi.settings import Settings
@@ -86,6 +86,21 @@ def test_the_report_shows_a_halted_batch_and_a_failing_expectation_in_a_browser(
         assert "Status: Failed" in " ".join(page.split())
         assert "dm_low" in page and "dm_high" in page
         browser.screenshot(ARTIFACTS / "quality_report_data_docs.png")
+
+        # The Data Docs work offline: with every http(s) request blocked, their scripts and styles are the local
+        # copies (jQuery and bootstrap-table run, the index page lists the validations).
+        browser.call("Network.enable")
+        browser.call("Network.setBlockedURLs", urls=["http://*", "https://*"])
+        docs_index = home / "reports" / "quality" / "data_docs" / "index.html"
+        browser.goto(docs_index.as_uri(), until_url="data_docs/index.html")
+        assert browser.eval("typeof jQuery") == "function"
+        assert browser.eval("typeof jQuery.fn.bootstrapTable") == "function"
+        rows = "document.querySelectorAll('table tbody tr').length"
+        wait_for("the Data Docs index to list the validations", lambda: browser.eval(rows) > 0, 30, 1)
+        assert "staging.dailymarket" in browser.text()
+        sheets = "[...document.querySelectorAll('link[rel=stylesheet]')].map(l => l.href)"
+        assert all(href.startswith("file://") for href in browser.eval(sheets))
+        browser.screenshot(ARTIFACTS / "quality_report_data_docs_offline.png")
     except BaseException:
         browser.screenshot(ARTIFACTS / "quality_report_failure.png")
         raise

@@ -300,3 +300,24 @@ def test_every_link_of_the_summary_resolves_and_the_report_is_deterministic(writ
     assert outcome.index.read_text() == first_index
     assert sorted(p.relative_to(out).as_posix() for p in (out / qr.DATA_DOCS).rglob("*.html")) == first_files
     assert sorted(p.name for p in out.iterdir()) == [".report.lock", qr.DATA_DOCS, "index.html"]
+
+
+def test_data_docs_load_nothing_from_the_network(written):
+    """Every script, stylesheet and image of every Data Docs page is a local copy that exists (streamdi.web_assets)."""
+    import re
+
+    from streamdi.web_assets import external_resources
+
+    out, _, _, _ = written
+    pages = sorted((out / qr.DATA_DOCS).rglob("*.html"))
+    assert len(pages) >= 7
+    vendored = 0
+    for page in pages:
+        text = page.read_text()
+        assert external_resources(text) == [], page
+        for tag in re.findall(r"<(?:script|link|img)\b[^>]*>", text):
+            # (GX's own favicon link is one folder short on pages of dotted suite names: not checked)
+            for ref in re.findall(r"""(?:src|href)="([^"]*static/vendor/[^"]+)\"""", tag):
+                assert (page.parent / unquote(ref)).is_file(), (page, ref)
+                vendored += 1
+    assert vendored >= 16 * len(pages)  # each page: GX's 16 CDN files and its logo
