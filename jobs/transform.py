@@ -58,6 +58,7 @@ class Step:
     run: Callable[[JobContext, BatchScope], dict[str, int]]
     after: tuple[str, ...] = ()
     checked: bool = False  # its tables' warehouse suites run after it (`jobs.validate.STEP_TABLES`)
+    spark: bool = False  # it runs Spark jobs (the others run in the driver on Arrow)
 
 
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -79,9 +80,9 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 
 STEPS: tuple[Step, ...] = (
     Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
-    Step("T1", securities.run, after=("T0",), checked=True),
-    Step("T2", accounts.run, after=("T0",), checked=True),
-    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True),
+    Step("T1", securities.run, after=("T0",), checked=True, spark=True),
+    Step("T2", accounts.run, after=("T0",), checked=True, spark=True),
+    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, spark=True),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
     Step("DM", messages.run, after=("T3", "T4")),
 )
@@ -150,6 +151,10 @@ def _timed(
     ctx: JobContext, scope: BatchScope, step: Step, attempt: int
 ) -> tuple[dict[str, int], validate.StepChecks | None, float]:
     started = time.perf_counter()
+    if step.spark:
+        # A Spark step builds Column expressions before it touches the session, and PySpark builds a Column only
+        # with a running SparkContext: wait for the session (`run_pending` started it in the background).
+        _ = ctx.spark
     rows = step.run(ctx, scope)
     checks = validate.validate_step(ctx, scope.batch_id, step.name, attempt=attempt) if step.checked else None
     return rows, checks, time.perf_counter() - started

@@ -33,6 +33,11 @@ batch_app = typer.Typer(help="Operator actions on one micro-batch (halted batche
 app.add_typer(batch_app, name="batch")
 quality_app = typer.Typer(help="Data-quality results of the validation suites.", no_args_is_help=True)
 app.add_typer(quality_app, name="quality")
+spark_app = typer.Typer(
+    help="The embedded Spark Connect server (STREAMDI_SPARK_REMOTE=embedded: a warm Spark shared by processes).",
+    no_args_is_help=True,
+)
+app.add_typer(spark_app, name="spark")
 app.add_typer(_generate_app, name="generate")
 app.command("airflow")(airflow_command)
 console = Console(soft_wrap=True)
@@ -663,6 +668,23 @@ def db_stop() -> None:
         return
     stop_server(settings)
     console.print(f"embedded PostgreSQL in {settings.pgdata} stopped.")
+
+
+@spark_app.command("start")
+def spark_start() -> None:
+    """Start (or find) this home's embedded Spark Connect server and print its address."""
+    from streamdi.spark_connect import ensure_server
+
+    console.print(f"embedded Spark Connect server: {ensure_server(load_settings())}", markup=False)
+
+
+@spark_app.command("stop")
+def spark_stop() -> None:
+    """Stop this home's embedded Spark Connect server."""
+    from streamdi.spark_connect import stop_server
+
+    stopped = stop_server(load_settings())
+    console.print("embedded Spark Connect server stopped." if stopped else "no embedded Spark Connect server running.")
 
 
 def main() -> None:

@@ -47,6 +47,13 @@ class Settings(BaseSettings):
     spark_master: str = Field(
         default="local[*]", description="Spark master URL (local[*], spark://host:7077, k8s://...)."
     )
+    spark_remote: str = Field(
+        default="",
+        pattern=r"^(|embedded|sc://.+)$",
+        description="Spark Connect (opt-in): '' runs Spark in each process; 'embedded' starts (once) a local Spark "
+        "Connect server for this home that later processes reuse warm (`streamdi spark stop` stops it); "
+        "'sc://host:port' uses that server.",
+    )
     spark_ui: bool = Field(default=False, description="Start the Spark web UI.")
     spark_shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions.")
     spark_driver_memory: str = Field(default="2g", description="spark.driver.memory.")
@@ -101,6 +108,7 @@ class Settings(BaseSettings):
             "STREAMDI_LAKE": str(self.lake_root),
             "STREAMDI_LANDING": str(self.landing_dir),
             "STREAMDI_SPARK_MASTER": self.spark_master,
+            "STREAMDI_SPARK_REMOTE": self.spark_remote or "(unset: Spark in each process)",
             "STREAMDI_SPARK_UI": str(self.spark_ui).lower(),
             "STREAMDI_SPARK_SHUFFLE_PARTITIONS": str(self.spark_shuffle_partitions),
             "STREAMDI_SPARK_DRIVER_MEMORY": self.spark_driver_memory,

@@ -27,11 +27,15 @@ from streamdi.settings import Settings
 
 
 def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
-    """Return the process's SparkSession, creating it from `settings` on first use.
+    """Return the process's SparkSession, creating it from `settings` on first use: Spark in this process, or with
+    `spark_remote` a Spark Connect session (`streamdi.spark_connect`: an embedded server that outlives the process,
+    or a given `sc://` server).
 
     Raises `streamdi.java.JavaNotUsable` (with install instructions) before Spark tries to start a JVM
     that cannot work.
     """
+    if settings.spark_remote:
+        return _remote_session(settings)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -39,25 +43,76 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     os.environ["JAVA_HOME"] = str(runtime.home)
     # Workers must use this interpreter, not whatever `python3` is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    log_config = Path(__file__).with_name("log4j2.properties")
-    java_options = (
-        f"-Duser.timezone=UTC -Dlog4j2.configurationFile=file:{log_config} {settings.spark_driver_java_options}"
-    )
-    if settings.jvm_class_archive:
-        java_options += " " + jvm_archive.driver_options(runtime)
     options = {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
-        "spark.ui.enabled": str(settings.spark_ui).lower(),
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
-        "spark.driver.memory": settings.spark_driver_memory,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.ansi.enabled": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **server_options(settings),
+        **session_options(settings),
         # Call-site capture for error messages costs JVM round trips on every DataFrame call; errors still
         # carry the JVM stack and our own log context.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
+        "spark.driver.extraJavaOptions": jvm_options(settings, runtime),
+    }
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = SparkConf().setAll(list(options.items()))
+    if SparkContext._gateway is None:  # no JVM yet in this process (a stopped session leaves its JVM running)
+        _start_jvm(conf)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+_remote: dict[str, SparkSession] = {}
+
+
+def _remote_session(settings: Settings) -> SparkSession:
+    """A Spark Connect session on the server of `settings`, its SQL options set as a local session's are."""
+    from streamdi import spark_connect
+
+    url = spark_connect.address(settings)
+    session = _remote.get(url)
+    if session is None:
+        session = SparkSession.builder.remote(url).getOrCreate()
+        for key, value in session_options(settings).items():
+            session.conf.set(key, value)
+        _remote[url] = session
+    return session
+
+
+def jvm_options(settings: Settings, runtime) -> str:
+    """The driver JVM's options: UTC, streamdi's log4j configuration, `spark_driver_java_options`, and the class
+    archive when there is one."""
+    log_config = Path(__file__).with_name("log4j2.properties")
+    options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile=file:{log_config} {settings.spark_driver_java_options}"
+    if settings.jvm_class_archive:
+        options += " " + jvm_archive.driver_options(runtime)
+    return options
+
+
+def server_options(settings: Settings) -> dict[str, str]:
+    """Options fixed when the driver JVM starts (a local session's or a Spark Connect server's)."""
+    options = {
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.ui.showConsoleProgress": "false",
+        # A micro-batch compiles ~235 generated classes; the default cache of 100 evicted them before the next
+        # micro-batch could reuse them (measured at SF 3: 235 -> ~30 compilations, 18.0 s -> 15.7 s per micro-batch).
+        "spark.sql.codegen.cache.maxEntries": "1000",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+    if settings.spark_master.startswith("local"):
+        options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
+    return options
+
+
+def session_options(settings: Settings) -> dict[str, str]:
+    """SQL options of every session (set per session on a Spark Connect server)."""
+    return {
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.ansi.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Runtime bloom filters size a bit array for a million rows per join task; our joins meet small
         # micro-batches, where building them cost a third of a step (measured: T2 10 s -> 7 s per micro-batch).
         "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
@@ -65,21 +120,14 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
         # every expression over it in the driver, interpreted, on one thread (measured when Spark still parsed the
         # staged files: FINWIRE at SF 3, 40 MB, 13-16 s of "optimization"). Small frames still stay local.
         "spark.sql.execution.arrow.localRelationThreshold": str(256 * 1024),
-        # A micro-batch compiles ~235 generated classes; the default cache of 100 evicted them before the next
-        # micro-batch could reuse them (measured at SF 3: 235 -> ~30 compilations, 18.0 s -> 15.7 s per micro-batch).
-        "spark.sql.codegen.cache.maxEntries": "1000",
-        "spark.driver.extraJavaOptions": java_options,
-        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     }
-    if settings.spark_master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        options.update({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"})
-    conf = SparkConf().setAll(list(options.items()))
-    if SparkContext._gateway is None:  # no JVM yet in this process (a stopped session leaves its JVM running)
-        _start_jvm(conf)
-    spark = SparkSession.builder.config(conf=conf).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+
+
+def spark_submit() -> str:
+    """The `spark-submit` script of the installed pyspark."""
+    import pyspark
+
+    return str(Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit")
 
 
 JVM_NOTICES = re.compile(

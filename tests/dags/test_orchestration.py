@@ -80,14 +80,19 @@ def test_airflow_environment(tmp_path):
     assert len(password) >= 12 and ensure_login(home) == password
 
 
-def test_the_plugin_serves_the_quality_report_and_its_data_docs(tmp_path, monkeypatch):
-    """The menu entry (REPORT_URL_PATH) and a link into a sub-folder of data_docs are served by the plugin."""
+def test_the_plugin_serves_the_quality_report_and_its_data_docs_to_logged_in_users(tmp_path, monkeypatch):
+    """The menu entry (REPORT_URL_PATH) and a link into a sub-folder of data_docs are served by the plugin to a
+    logged-in user; without a valid token the plugin sends to Airflow's login page; nothing outside reports/.
+    (Here Airflow's `get_user` dependency is replaced by a user; the browser test logs in for real.)"""
     import importlib.util
 
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.core_api.security import get_user
     from dagdata import DAGS
     from fastapi.testclient import TestClient
 
     monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    init_auth_manager()
     spec = importlib.util.spec_from_file_location(
         "streamdi_reports_under_test", DAGS / "plugins" / "streamdi_reports.py"
     )
@@ -96,10 +101,20 @@ def test_the_plugin_serves_the_quality_report_and_its_data_docs(tmp_path, monkey
     page = tmp_path / "reports" / "quality" / "data_docs" / "validations" / "staging" / "trade" / "batch-1" / "p.html"
     page.parent.mkdir(parents=True)
     page.write_text("<html>a GX page</html>")
+    (tmp_path / "secret.txt").write_text("not a report")
     client = TestClient(plugin.app)
     assert orchestration.REPORT_URL_PATH == "/streamdi/reports/quality/index.html"
-    quality = client.get(orchestration.REPORT_URL_PATH.removeprefix("/streamdi"))
+    quality_path = orchestration.REPORT_URL_PATH.removeprefix("/streamdi")
+    for cookies in ({}, {"_token": "forged"}):
+        anonymous = client.get(quality_path, follow_redirects=False, cookies=cookies)
+        assert anonymous.status_code == 307 and anonymous.headers["location"].startswith("/auth/login?next=")
+        assert "streamdi" not in anonymous.text
+
+    plugin.app.dependency_overrides[get_user] = lambda: "a logged-in user"
+    quality = client.get(quality_path)
     assert quality.status_code == 200 and "streamdi data-quality report" in quality.text
     docs = client.get("/reports/quality/data_docs/validations/staging/trade/batch-1/p.html")
     assert docs.status_code == 200 and docs.text == "<html>a GX page</html>"
+    assert client.get("/reports/quality", follow_redirects=False).headers["location"] == "quality/"
+    assert client.get("/reports/%2e%2e/secret.txt").status_code == 404
     assert client.get("/", follow_redirects=False).headers["location"] == orchestration.REPORT_URL_PATH
