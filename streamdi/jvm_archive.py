@@ -8,8 +8,8 @@ that transforms one micro-batch 7-14 s less.
 
 The archive is only valid for the JDK and the jars it was written with, so its file name carries a hash of
 both (`archive_path`); `python -m streamdi.jvm_archive build` (run by `python3 bootstrap.py`) writes it by
-running a tiny load (SF 0.01, Batch1 and Batch2 staged and transformed, no PostgreSQL) in a JVM that dumps its
-classes when it exits. `driver_options` adds it to the driver's options when it exists; a JVM that still cannot
+running a tiny load (SF 0.01, Batch1 and Batch2 staged and transformed, no PostgreSQL; `streamdi.jvm_archive_load`,
+in a child process) in a JVM that dumps its classes when it exits. `driver_options` adds it to the driver's options when it exists; a JVM that still cannot
 use it (say, a jar was added) runs as without it and says nothing (the archive's log is off).
 """
 
@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import logging
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -71,7 +68,7 @@ def build(directory: Path = ARCHIVE_DIR, *, force: bool = False) -> Path:
     partial = directory / f".{target.name}.{os.getpid()}.partial"
     partial.unlink(missing_ok=True)
     done = subprocess.run(
-        [sys.executable, "-m", "streamdi.jvm_archive", "dump", str(partial)],
+        [sys.executable, "-m", "streamdi.jvm_archive_load", str(partial)],
         capture_output=True,
         text=True,
         check=False,
@@ -87,54 +84,15 @@ def build(directory: Path = ARCHIVE_DIR, *, force: bool = False) -> Path:
     return target
 
 
-def _dump(into: Path) -> None:
-    """The build load, in a JVM that writes its loaded classes to `into` when it exits."""
-    from streamdi.settings import DRIVER_JIT_OPTIONS
-
-    os.environ["STREAMDI_SPARK_DRIVER_JAVA_OPTIONS"] = f"{DRIVER_JIT_OPTIONS} -XX:ArchiveClassesAtExit={into} {QUIET}"
-    os.environ["STREAMDI_JVM_CLASS_ARCHIVE"] = "false"  # not the archive being replaced
-    from pyspark import SparkContext
-
-    from jobs import transform
-    from streamdi.context import JobContext
-    from streamdi.delivery import deliver_batch
-    from streamdi.generator import Params, generate
-    from streamdi.pipeline import collect_job, stage_job
-    from streamdi.settings import Settings
-
-    home = Path(tempfile.mkdtemp(prefix="streamdi-jvm-archive-"))
-    try:
-        generate(Params(scale_factor=BUILD_SCALE_FACTOR), home / "data")
-        settings = Settings(home=home)
-        ctx = JobContext(settings)
-        for batch in (1, 2):
-            deliver_batch(home / "data", batch, settings.landing_dir)
-            for batch_id in collect_job(ctx).batch_ids:
-                stage_job(ctx, batch_id)
-                transform.run(ctx, batch_id)
-        gateway = SparkContext._gateway
-        ctx.spark.stop()
-        # The JVM writes the archive on exit, which it does when its stdin closes; wait for it.
-        gateway.proc.stdin.close()
-        gateway.proc.wait(timeout=600)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m streamdi.jvm_archive", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("build", help="write the archive for this JDK and these jars (if missing)")
     make.add_argument("--force", action="store_true", help="rebuild even if it exists")
     commands.add_parser("path", help="print where the archive for this JDK and these jars is (or would be)")
-    dump = commands.add_parser("dump", help=argparse.SUPPRESS)
-    dump.add_argument("into", type=Path)
     args = parser.parse_args(argv)
     if args.command == "path":
         print(archive_path(find_java()))
-    elif args.command == "dump":
-        logging.basicConfig(level=logging.WARNING)
-        _dump(args.into)
     else:
         existing = archive_path(find_java())
         if existing.is_file() and not args.force:

@@ -10,7 +10,7 @@ in the client (delta-rs), so exactly-once does not depend on the server.
 
 The server's state is `<home>/spark-connect/server.json` (pid, port) and its output `server.log`. A process that
 finds no live server starts one under a file lock (two first starts do not race), with the driver options a
-process-local session gets (`streamdi.spark.jvm_options`). `stop_server` (`streamdi spark stop`) stops it.
+process-local session gets (`streamdi.spark_options`). `stop_server` (`streamdi spark stop`) stops it.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _free_port() -> int:
 
 def _start(settings: Settings) -> str:
     from streamdi.java import find_java
-    from streamdi.spark import jvm_options, server_options, spark_submit
+    from streamdi.spark_options import jvm_options, server_options, spark_submit
 
     runtime = find_java()
     port = _free_port()
