@@ -132,15 +132,16 @@ def run(ctx: JobContext, scope: BatchScope) -> TransformReport:
     return TransformReport(batch_id, rows, committed)
 
 
-def _this_batch(ctx: JobContext, scope: BatchScope, table: Table) -> pa.Table:
-    return scope.staged_where(ctx, table, pc.field("batch_id") == scope.batch_id)
+def _this_batch(ctx: JobContext, scope: BatchScope, table: Table, columns: list[str] | None = None) -> pa.Table:
+    return scope.staged_where(ctx, table, pc.field("batch_id") == scope.batch_id, columns)
 
 
 def _run_brokers(ctx: JobContext, scope: BatchScope, rows: dict[str, int], committed: dict[str, bool]) -> None:
     if not scope.carries(src.HR.name, src.DATE_FILE.name):
         return
     arrived = any(
-        ctx.lake.exists(t) and _this_batch(ctx, scope, t).num_rows for t in (src.HR.staging, src.DATE_FILE.staging)
+        ctx.lake.exists(t) and _this_batch(ctx, scope, t, ["line_no"]).num_rows  # whether any arrived: one column
+        for t in (src.HR.staging, src.DATE_FILE.staging)
     )
     if not arrived or not ctx.lake.exists(wh.DIM_DATE) or scope.committed(ctx, "T0", wh.DIM_BROKER):
         return
