@@ -10,10 +10,11 @@ import datetime as dt
 import functools
 from collections.abc import Callable
 
-from airflow.sdk import Asset, Param, task
+from airflow.sdk import Asset, Param, TaskGroup, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from streamdi.orchestration import MIGRATION_MODES, REPORT_URL_PATH, FailFast
+from streamdi import orchestration
+from streamdi.orchestration import MIGRATION_MODES, REPORT_URL_PATH, TRANSFORM_GRAPH, TRANSFORM_STEP_DOCS, FailFast
 
 # The Delta warehouse (every warehouse table in the lake) and the PostgreSQL warehouse (schema dw). Tasks that
 # commit to them declare them as outlets, so a DAG can be scheduled on "the warehouse changed".
@@ -92,3 +93,33 @@ def scale_factor_param() -> Param:
         description="Only used when the data directory is empty: a TPC-DI data set of this scale factor is generated "
         "into <STREAMDI_HOME>/data/sf<SCALE> (once) and loaded. Use the same one in streamdi_setup and the loads.",
     )
+
+
+def transform_group() -> TaskGroup:
+    """The transform of the newest micro-batch (`collect`'s XCom `last_batch`) as one task per transaction step
+    (task group `transform`: T0 → T1 ‖ T2 → T3 ‖ T4 → DM, `orchestration.TRANSFORM_GRAPH`), each with its own
+    state, duration, log, retries and XCom. The batch log and the steps' app transactions decide what is left, so
+    a retried or cleared step redoes only what it did not commit; DM marks the transform done and updates the
+    Delta warehouse asset. The steps read `collect`'s XCom themselves, so the graph shows only their order."""
+    last = list(TRANSFORM_GRAPH)[-1]
+
+    @streamdi_task()
+    def step(params: dict | None = None, ti=None) -> dict:
+        group_id, _, name = ti.task_id.rpartition(".")
+        last_batch = ti.xcom_pull(task_ids="collect")["last_batch"]
+        earlier = []
+        if name == last:  # DM records every step's result in the batch log with the transform's state
+            earlier = ti.xcom_pull(task_ids=[f"{group_id}.{s}" for s in TRANSFORM_GRAPH if s != last]) or []
+        return orchestration.transform_step(last_batch, name, params["migration_mode"], earlier=earlier)
+
+    with TaskGroup(group_id="transform", tooltip="the micro-batch's transaction steps, in dependency order") as group:
+        tasks = {
+            name: step.override(
+                task_id=name, doc_md=TRANSFORM_STEP_DOCS[name], outlets=[DELTA_WAREHOUSE] if name == last else []
+            )()
+            for name in TRANSFORM_GRAPH
+        }
+        for name, after in TRANSFORM_GRAPH.items():
+            for before in after:
+                tasks[before] >> tasks[name]
+    return group

@@ -5,7 +5,6 @@ from __future__ import annotations
 from airflow.sdk import DAG, TriggerRule
 from streamdi_common import (
     DEFAULT_ARGS,
-    DELTA_WAREHOUSE,
     POSTGRES_WAREHOUSE,
     REPORT_LINK,
     SHORT,
@@ -16,6 +15,7 @@ from streamdi_common import (
     migration_mode_param,
     scale_factor_param,
     streamdi_task,
+    transform_group,
 )
 
 from streamdi import orchestration
@@ -49,7 +49,10 @@ batch log. Run **streamdi_setup** first.
 | collect | registers the new files as the next micro-batch |
 | stage | parses every file into Delta staging (`staging.*`, rejects with reasons) |
 | validate | staged counts reconcile, no batch halted (data-quality suites replace this check) |
-| transform | T0 reference → T1 securities, T2 customers/prospects → T3 trades/holdings/cash, T4 market/watches → DM |
+| transform.T0 | reference: DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker |
+| transform.T1 ‖ T2 | securities (DimCompany, DimSecurity, Financial) ‖ accounts (DimCustomer, DimAccount, Prospect) |
+| transform.T3 ‖ T4 | trades (DimTrade, FactHoldings, FactCashBalances) ‖ market (FactMarketHistory, FactWatches) |
+| transform.DM | DImessages (validation rows, phase complete); marks the micro-batch's transform done |
 | migrate | PostgreSQL, one transaction per batch (`migration_mode=push`); skipped with `none` |
 | audit | TPC-DI audit checks on the Delta warehouse against the staged audit figures |
 
@@ -58,8 +61,10 @@ streamdi_setup, Batch1 is micro-batch 2). Errors a retry cannot fix (a missing f
 another data set's, a halted batch) fail their task at once with what to do. An empty `data_dir` means the demo
 data set of `scale_factor`, generated once, as in streamdi_setup: give both DAGs the same one.
 
-Each task runs every earlier pending step first, in batch-log order, so a retry or a rerun resumes where the
-last one stopped. Batch states: {REPORT_LINK}; the latest audit: [audit.txt](/streamdi/reports/audit.txt).
+Each transaction step is its own task in the `transform` group, with its own state, duration, log, retries and
+XCom; a step retried or cleared redoes only the commits it had not made (app transactions in Delta). Each task
+runs every earlier pending step of the batch log first, in its order, so a retry or a rerun resumes where the last
+one stopped. Batch states: {REPORT_LINK}; the latest audit: [audit.txt](/streamdi/reports/audit.txt).
 """,
 ) as dag:
 
@@ -79,10 +84,6 @@ last one stopped. Batch states: {REPORT_LINK}; the latest audit: [audit.txt](/st
     def validate(collected: dict) -> dict:
         return orchestration.validate_staged(collected["last_batch"])
 
-    @streamdi_task(outlets=[DELTA_WAREHOUSE])
-    def transform(collected: dict, params: dict | None = None) -> dict:
-        return orchestration.process_batches(collected["last_batch"], "transform", params["migration_mode"])
-
     @streamdi_task(outlets=[POSTGRES_WAREHOUSE])
     def migrate(collected: dict, params: dict | None = None) -> dict:
         return orchestration.migrate_batches(collected["last_batch"], params["migration_mode"])
@@ -93,4 +94,4 @@ last one stopped. Batch states: {REPORT_LINK}; the latest audit: [audit.txt](/st
 
     collected = collect()
     deliver() >> collected
-    stage(collected) >> validate(collected) >> transform(collected) >> migrate(collected) >> audit()
+    stage(collected) >> validate(collected) >> transform_group() >> migrate(collected) >> audit()

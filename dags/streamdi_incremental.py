@@ -5,7 +5,6 @@ from __future__ import annotations
 from airflow.sdk import DAG
 from streamdi_common import (
     DEFAULT_ARGS,
-    DELTA_WAREHOUSE,
     POSTGRES_WAREHOUSE,
     REPORT_LINK,
     SHORT,
@@ -13,6 +12,7 @@ from streamdi_common import (
     TAGS,
     migration_mode_param,
     streamdi_task,
+    transform_group,
 )
 
 from streamdi import orchestration
@@ -33,11 +33,13 @@ with DAG(
 ### streamdi incremental micro-batches
 Runs on `{SCHEDULE}` (environment variable `STREAMDI_INCREMENTAL_SCHEDULE`, a cron expression; unpause the DAG
 to start it). One run at a time (`max_active_runs=1`): **collect** registers the files that landed since the
-last run as new micro-batches, then **process_pending** runs every pending batch of the batch log, oldest
-first: stage → transform → migrate (`migration_mode=push`; with `none` the **streamdi_migrate** DAG migrates).
+last run as new micro-batches; **stage** runs every pending batch of the batch log before the newest, oldest
+first and whole, then stages the newest; the **transform** group runs its transaction steps as tasks
+(T0 → T1 ‖ T2 → T3 ‖ T4 → DM); **migrate** makes it visible in PostgreSQL (`migration_mode=push`; with `none` the
+**streamdi_migrate** DAG migrates).
 
-A run with nothing new shows *process_pending* as skipped (no asset event). A **halted** batch fails
-*process_pending* with a log line naming the batch; nothing after it runs until an operator resolves it.
+A run with nothing new shows *stage* and the tasks after it as skipped (no asset event). A **halted** batch fails
+the task that meets it with a log line naming the batch; nothing after it runs until an operator resolves it.
 Batch states: {REPORT_LINK}.
 """,
 ) as dag:
@@ -46,8 +48,15 @@ Batch states: {REPORT_LINK}.
     def collect() -> dict:
         return orchestration.collect_landed()
 
-    @streamdi_task(outlets=[DELTA_WAREHOUSE, POSTGRES_WAREHOUSE])
-    def process_pending(params: dict | None = None) -> dict:
-        return orchestration.process_batches(None, "migrate", params["migration_mode"], skip_when_idle=True)
+    @streamdi_task()
+    def stage(collected: dict, params: dict | None = None) -> dict:
+        return orchestration.process_batches(
+            collected["last_batch"], "stage", params["migration_mode"], skip_when_idle=True
+        )
 
-    collect() >> process_pending()
+    @streamdi_task(outlets=[POSTGRES_WAREHOUSE])
+    def migrate(collected: dict, params: dict | None = None) -> dict:
+        return orchestration.migrate_batches(collected["last_batch"], params["migration_mode"])
+
+    collected = collect()
+    stage(collected) >> transform_group() >> migrate(collected)

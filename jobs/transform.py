@@ -116,19 +116,38 @@ def run(
             with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="step") as pool:
                 futures = [pool.submit(_timed, ctx, scope, step, attempt) for step in wave]
             outcomes = [f.result() for f in futures]  # in declared order; raises the first failure
-        for step, (rows, checks, elapsed) in zip(wave, outcomes, strict=True):
-            report.rows.update(rows)
-            report.seconds[step.name] = round(elapsed, 3)
-            if checks is not None:
-                report.checks[step.name] = checks
-                report.halts.extend(checks.halts)
-            log.info("batch %s step %s: %s in %.2fs", batch_id, step.name, rows, elapsed)
+        for step, outcome in zip(wave, outcomes, strict=True):
+            _record(report, step, outcome)
             if on_step:
-                on_step(step.name, elapsed)
+                on_step(step.name, report.seconds[step.name])
         if report.halts:
             log.warning("micro-batch %s halted after %s: %s", batch_id, "+".join(s.name for s in wave), report.halts)
             break
     return report
+
+
+def run_step(ctx: JobContext, batch_id: int, name: str, *, attempt: int = 0) -> TransformReport:
+    """Run the one step `name` of micro-batch `batch_id`, followed by its warehouse suites (the Airflow DAGs run
+    each step as its own task). The caller runs the steps in dependency order, and every step of earlier
+    micro-batches before; a step whose commits for this micro-batch are recorded redoes none of them."""
+    steps = {s.name: s for s in STEPS}
+    if name not in steps:
+        raise ValueError(f"unknown transform step {name!r}; steps are {list(steps)}")
+    report = TransformReport(batch_id)
+    _record(report, steps[name], _timed(ctx, load_scope(ctx, batch_id), steps[name], attempt))
+    return report
+
+
+def _record(
+    report: TransformReport, step: Step, outcome: tuple[dict[str, int], validate.StepChecks | None, float]
+) -> None:
+    rows, checks, elapsed = outcome
+    report.rows.update(rows)
+    report.seconds[step.name] = round(elapsed, 3)
+    if checks is not None:
+        report.checks[step.name] = checks
+        report.halts.extend(checks.halts)
+    log.info("batch %s step %s: %s in %.2fs", report.batch_id, step.name, rows, elapsed)
 
 
 def waves(steps: tuple[Step, ...]) -> list[tuple[Step, ...]]:

@@ -626,15 +626,16 @@ def quality_report() -> None:
     Reads Delta quality.results, quality.quarantine and the batch log (no Spark) and writes
     <STREAMDI_HOME>/reports/quality/index.html: micro-batches x validated tables with the worst check of each,
     the failing checks, halted and skipped batches, failure rates per batch and the quarantined rows per table.
-    Each cell links to its validation page in reports/quality/data_docs/ (rebuilt on every run)."""
-    from streamdi.lake import Lake
+    Each cell links to its validation page in reports/quality/data_docs/ (rebuilt on every run). Also writes the
+    batch-log page, <STREAMDI_HOME>/reports/index.html: every micro-batch with the state of each stage."""
+    from streamdi.orchestration import write_report_pages
     from streamdi.pipeline import _now
-    from streamdi.quality_report import describe, report_dir, write_report
+    from streamdi.quality_report import describe
 
-    settings = load_settings()
-    outcome = write_report(Lake(settings.lake_root), report_dir(settings.home), now=_now())
+    outcome, page, batches = write_report_pages(load_settings(), _now())
     for line in describe(outcome):
         console.print(line, markup=False, highlight=False)
+    console.print(f"batch log: {page} ({batches} micro-batch(es))", markup=False, highlight=False)
 
 
 @db_app.command("start")

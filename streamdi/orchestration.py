@@ -39,6 +39,25 @@ STAGES: tuple[str, ...] = ("stage", "transform", "migrate")  # = streamdi.batchl
 MIGRATION_MODES: tuple[str, ...] = ("push", "none")
 HALTED = "halted"  # = streamdi.batchlog.HALTED (batchlog is not imported when DAG files are parsed)
 
+# The transaction steps of a micro-batch's transform and the steps each runs after: `jobs.transform.STEPS` (checked in
+# tests; the DAG files build their transform task group from it and may not import the jobs).
+TRANSFORM_GRAPH: dict[str, tuple[str, ...]] = {
+    "T0": (),
+    "T1": ("T0",),
+    "T2": ("T0",),
+    "T3": ("T1", "T2"),
+    "T4": ("T1", "T2"),
+    "DM": ("T3", "T4"),
+}
+TRANSFORM_STEP_DOCS: dict[str, str] = {
+    "T0": "reference: DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker",
+    "T1": "securities: DimCompany, DimSecurity, Financial",
+    "T2": "accounts: DimCustomer, DimAccount, Prospect",
+    "T3": "trades: DimTrade, FactHoldings, FactCashBalances",
+    "T4": "market: FactMarketHistory, FactWatches",
+    "DM": "DImessages: validation rows, phase complete; marks the transform done",
+}
+
 # The TPC-DI reference files of Batch1 (and its BatchDate): what `streamdi_setup` loads before any business data.
 REFERENCE_FILES: tuple[str, ...] = (
     "BatchDate.txt",
@@ -59,6 +78,7 @@ DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
 
 # The data-quality report, served by the plugin in dags/plugins from <STREAMDI_HOME>/reports/ (docs/orchestration.md).
 REPORT_URL_PATH = "/streamdi/reports/quality/index.html"
+BATCH_LOG_URL_PATH = "/streamdi/reports/index.html"  # the batch-log page (`write_quality_report`)
 
 
 class FailFast(RuntimeError):
@@ -287,11 +307,12 @@ def process_batches(
     `last_batch`'s `last_stage` (None: every batch up to `last_stage`); `migration_mode="none"` leaves every
     migrate step to the `streamdi_migrate` DAG.
 
+    With `skip_when_idle`, a call that finds nothing to do up to any stage (not only `last_stage`) raises Airflow's
+    skip exception, so an idle scheduled run is shown as skipped and emits no asset event.
+
     Checks for a halted batch before every step and raises BatchHalted instead of running it, and raises it right
     after a step that halted its batch (the task fails there, naming the batch, step, reason and the operator's
-    commands, instead of reporting success for a run that stopped). Returns the steps run, in order. With
-    `skip_when_idle`, a call that finds nothing to do raises Airflow's skip exception, so an
-    idle scheduled run is shown as skipped and emits no asset event.
+    commands, instead of reporting success for a run that stopped). Returns the steps run, in order.
     """
     from streamdi.batchlog import BatchLog
     from streamdi.context import open_context
@@ -304,8 +325,8 @@ def process_batches(
     if not plan:
         message = f"nothing pending up to batch {last_batch if last_batch is not None else 'any'}, stage {last_stage}"
         log.info(message)
-        if skip_when_idle:
-            _skip(message)
+        if skip_when_idle and not _pending(batch_log, last_batch, STAGES[-1], migration_mode):
+            _skip(message)  # nothing for the later tasks either (a later stage left by a failed run is not idle)
         return {"steps": []}
     log.info("%d step(s) to run: %s", len(plan), ", ".join(f"batch {b} {s}" for b, s in plan))
     steps = []
@@ -321,6 +342,55 @@ def process_batches(
             check_not_halted(BatchLog(ctx.lake), batch_id)
             raise BatchHalted(halted_message(batch_id, stage, str(detail["halted"])))  # not in the log: say so anyway
     return {"steps": steps}
+
+
+def transform_step(
+    last_batch: int,
+    step: str,
+    migration_mode: str = "push",
+    settings: Settings | None = None,
+    *,
+    earlier: Iterable[dict | None] = (),
+) -> dict:
+    """One transaction step (T0 reference, T1 securities, T2 accounts, T3 trades, T4 market and watches, DM
+    messages) of micro-batch `last_batch`: the DAGs' transform task group runs one task per step, in the graph's
+    order (`streamdi.pipeline.transform_step_job`).
+
+    The first step (T0) first runs every step the batch log still has pending before it (earlier batches whole,
+    `last_batch`'s stage), so the steps always work on the oldest transform left. A transform already done (a
+    rerun of a finished run) runs nothing. The last step (DM) marks the transform done, with the `earlier` steps'
+    results (their XComs) in its batch-log detail. A step that halts its batch raises BatchHalted.
+    """
+    from streamdi.batchlog import FINISHED, BatchLog
+    from streamdi.context import open_context
+    from streamdi.pipeline import TRANSFORM_STEPS, transform_step_job
+
+    if step not in TRANSFORM_STEPS:
+        raise FailFast(f"unknown transform step {step!r}; steps are {TRANSFORM_STEPS}")
+    ctx = open_context(_settings(settings))
+    batch_log = BatchLog(ctx.lake)
+    check_not_halted(batch_log, last_batch)
+    caught_up = []
+    if step == TRANSFORM_STEPS[0]:
+        caught_up = process_batches(last_batch, "stage", migration_mode, ctx.settings)["steps"]
+    states = batch_log.states()
+    if states.get((last_batch, "transform")) in FINISHED:
+        log.info(
+            "micro-batch %d: transform is %s; step %s has nothing to do",
+            last_batch,
+            states[(last_batch, "transform")],
+            step,
+        )
+        return {"batch_id": last_batch, "step": step, "ran": False, "caught_up": caught_up}
+    if states.get((last_batch, "stage")) not in FINISHED:
+        raise RuntimeError(f"micro-batch {last_batch} is not staged yet: step {step} runs after the stage task")
+    started = time.perf_counter()
+    detail = transform_step_job(ctx, last_batch, step, earlier=[e for e in earlier if e])
+    seconds = round(time.perf_counter() - started, 3)
+    log.info("batch %d %s done in %.1fs: %s", last_batch, step, seconds, json.dumps(detail, sort_keys=True))
+    if detail.get("halted"):
+        raise BatchHalted(halted_message(last_batch, "transform", str(detail["halted"])))
+    return {"batch_id": last_batch, "step": step, "ran": True, "caught_up": caught_up, **detail}
 
 
 def _skip(message: str) -> None:
@@ -466,22 +536,20 @@ Checks, failures and quarantined rows per batch and table: <a href="quality/inde
 """
 
 
-def write_quality_report(settings: Settings | None = None) -> dict:
+def write_report_pages(settings: Settings | None = None, now: dt.datetime | None = None):
     """Write the data-quality report (`<STREAMDI_HOME>/reports/quality/index.html`, the page `REPORT_URL_PATH` serves,
     with Great Expectations Data Docs under `quality/data_docs/`) and the batch-log page
-    (`<STREAMDI_HOME>/reports/index.html`: batches x stages with their states). Both are written atomically."""
+    (`<STREAMDI_HOME>/reports/index.html`, `BATCH_LOG_URL_PATH`: batches x stages with their states), each
+    atomically. Returns the report's outcome (`streamdi.quality_report.ReportOutcome`), the batch-log page and its
+    number of micro-batches."""
     from streamdi.batchlog import BatchLog
     from streamdi.lake import Lake
-    from streamdi.quality_report import describe, report_dir, write_report
+    from streamdi.quality_report import report_dir, write_report
 
     settings = _settings(settings)
     lake = Lake(settings.lake_root)
-    now = dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     outcome = write_report(lake, report_dir(settings.home), now=now)
-    for line in describe(outcome):
-        log.info("%s", line)
-    for b in outcome.summary.halted:
-        log.warning("micro-batch %d is halted: see %s", b, REPORT_URL_PATH)
     rows = BatchLog(lake).summary()
     out = reports_dir(settings)
     out.mkdir(parents=True, exist_ok=True)
@@ -489,7 +557,19 @@ def write_quality_report(settings: Settings | None = None) -> dict:
     tmp = page.with_name(page.name + ".tmp")
     tmp.write_text(render_batch_report(rows, now))
     tmp.replace(page)
-    log.info("batch-log page with %d micro-batch(es) written to %s; UI: %s", len(rows), page, REPORT_URL_PATH)
+    return outcome, page, len(rows)
+
+
+def write_quality_report(settings: Settings | None = None) -> dict:
+    """The quality-report DAG's task: `write_report_pages`, logged; returns what the pages hold."""
+    from streamdi.quality_report import describe
+
+    outcome, page, batches = write_report_pages(settings)
+    for line in describe(outcome):
+        log.info("%s", line)
+    for b in outcome.summary.halted:
+        log.warning("micro-batch %d is halted: see %s", b, REPORT_URL_PATH)
+    log.info("batch-log page with %d micro-batch(es) written to %s; UI: %s", batches, page, BATCH_LOG_URL_PATH)
     return {
         "path": str(outcome.index),
         "url": REPORT_URL_PATH,
@@ -497,6 +577,6 @@ def write_quality_report(settings: Settings | None = None) -> dict:
         "data_docs_pages": outcome.pages,
         "halted": list(outcome.summary.halted),
         "batch_log_page": str(page),
-        "batches": len(rows),
+        "batches": batches,
         "seconds": outcome.seconds,
     }

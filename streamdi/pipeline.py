@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from jobs import stage, transform
@@ -78,6 +78,41 @@ def transform_job(ctx: JobContext, batch_id: int) -> dict:
         log.warning("micro-batch %s halted: %s", batch_id, detail["halted"])
         return detail
     batch_log.mark(batch_id, "transform", "done", now=_now(), detail=detail)
+    detail["compacted"] = compact_job(ctx)
+    return detail
+
+
+TRANSFORM_STEPS: tuple[str, ...] = tuple(step.name for step in transform.STEPS)  # in dependency order
+
+
+def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: Iterable[dict] = ()) -> dict:
+    """One step of the transaction graph (`jobs.transform.STEPS`) as a job of its own: the Airflow DAGs run each
+    step as a task, in the graph's order. Like `transform_job`, a failed halt check halts the batch's transform in
+    the batch log (the detail then has `halted`). The last step (DM) marks the transform done, with the rows,
+    seconds and checks of the steps' `earlier` details merged into its own, and compacts the lake. A step whose
+    commits for the micro-batch are recorded (a retry, a rerun) redoes none of them."""
+    if any(s.name == step and s.spark for s in transform.STEPS):
+        ctx.start_spark()  # the JVM (or the Spark Connect session) starts while the step reads its scope
+    batch_log = BatchLog(ctx.lake)
+    attempt = batch_log.resumes(batch_id, "transform")
+    warm_up()
+    report = transform.run_step(ctx, batch_id, step, attempt=attempt)
+    detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
+    if report.halts:
+        detail["halted"] = "; ".join(report.halts)
+        batch_log.halt(batch_id, "transform", detail["halted"], now=_now())
+        log.warning("micro-batch %s halted after step %s: %s", batch_id, step, detail["halted"])
+        return detail
+    if step != TRANSFORM_STEPS[-1]:
+        return detail
+    whole: dict[str, dict] = {"rows": {}, "seconds": {}, "checks": {}}
+    for part in (*earlier, detail):
+        whole["rows"].update(part.get("rows") or {})
+        whole["seconds"].update(part.get("seconds") or {})
+        for action, n in (part.get("checks") or {}).items():
+            whole["checks"][action] = whole["checks"].get(action, 0) + n
+    fault_point("pipeline.before_mark_transform")
+    batch_log.mark(batch_id, "transform", "done", now=_now(), detail=whole)
     detail["compacted"] = compact_job(ctx)
     return detail
 

@@ -551,7 +551,7 @@ def render_summary(
         + (f" in <code>{_e(data.lake_root)}</code>" if data.lake_root else "")
         + "; each cell links to its Great Expectations Data Docs page "
         + (f'(<a href="{DATA_DOCS}/index.html">Data Docs index</a>)' if pages else "(none built)")
-        + ".</span></p>",
+        + '; every micro-batch\'s stages: <a id="batch-log" href="../index.html">batch log</a>.</span></p>',
         _render_halts(data, grid, pages),
         _render_grid(data, grid, pages),
         _render_trend(trend(grid)),

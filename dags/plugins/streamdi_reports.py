@@ -20,7 +20,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from streamdi.orchestration import REPORT_URL_PATH, reports_dir
+from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, reports_dir
 
 _reports = reports_dir()
 _PLACEHOLDERS = {
@@ -79,5 +79,6 @@ class StreamdiReportsPlugin(AirflowPlugin):
     name = "streamdi_reports"
     fastapi_apps = [{"app": app, "url_prefix": "/streamdi", "name": "streamdi reports"}]
     external_views = [
-        {"name": "streamdi quality report", "href": REPORT_URL_PATH, "destination": "nav", "category": "browse"}
+        {"name": "streamdi quality report", "href": REPORT_URL_PATH, "destination": "nav", "category": "browse"},
+        {"name": "streamdi batch log", "href": BATCH_LOG_URL_PATH, "destination": "nav", "category": "browse"},
     ]

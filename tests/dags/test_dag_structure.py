@@ -6,6 +6,17 @@ import pytest
 
 from streamdi import orchestration
 
+STEPS = {f"transform.{name}" for name in ("T0", "T1", "T2", "T3", "T4", "DM")}
+STEP_EDGES = {
+    ("transform.T0", "transform.T1"),
+    ("transform.T0", "transform.T2"),
+    ("transform.T1", "transform.T3"),
+    ("transform.T2", "transform.T3"),
+    ("transform.T1", "transform.T4"),
+    ("transform.T2", "transform.T4"),
+    ("transform.T3", "transform.DM"),
+    ("transform.T4", "transform.DM"),
+}
 EXPECTED_EDGES = {
     "streamdi_setup": {
         ("create_objects", "deliver_reference_data"),
@@ -18,21 +29,27 @@ EXPECTED_EDGES = {
         ("deliver", "collect"),
         ("collect", "stage"),
         ("collect", "validate"),
-        ("collect", "transform"),
         ("collect", "migrate"),
         ("stage", "validate"),
-        ("validate", "transform"),
-        ("transform", "migrate"),
+        ("validate", "transform.T0"),
+        ("transform.DM", "migrate"),
         ("migrate", "audit"),
+        *STEP_EDGES,
     },
-    "streamdi_incremental": {("collect", "process_pending")},
+    "streamdi_incremental": {
+        ("collect", "stage"),
+        ("collect", "migrate"),
+        ("stage", "transform.T0"),
+        ("transform.DM", "migrate"),
+        *STEP_EDGES,
+    },
     "streamdi_migrate": set(),
     "streamdi_quality_report": set(),
 }
 EXPECTED_TASKS = {
     "streamdi_setup": {"create_objects", "deliver_reference_data", "collect", "load_reference_data", "validate"},
-    "streamdi_historical_load": {"deliver", "collect", "stage", "validate", "transform", "migrate", "audit"},
-    "streamdi_incremental": {"collect", "process_pending"},
+    "streamdi_historical_load": {"deliver", "collect", "stage", "validate", *STEPS, "migrate", "audit"},
+    "streamdi_incremental": {"collect", "stage", *STEPS, "migrate"},
     "streamdi_migrate": {"migrate"},
     "streamdi_quality_report": {"write_report"},
 }
@@ -77,10 +94,12 @@ def test_assets_are_outlets_of_the_committing_tasks(dagbag):
         return {a.uri for a in dagbag.dags[dag_id].get_task(task_id).outlets}
 
     delta, pg = "streamdi://warehouse/delta", "streamdi://warehouse/postgres"
-    assert outlets("streamdi_historical_load", "transform") == {delta}
-    assert outlets("streamdi_historical_load", "migrate") == {pg}
-    assert outlets("streamdi_historical_load", "stage") == set()
-    assert outlets("streamdi_incremental", "process_pending") == {delta, pg}
+    for dag_id in ("streamdi_historical_load", "streamdi_incremental"):
+        assert outlets(dag_id, "transform.DM") == {delta}  # the step that marks the transform done
+        for step in STEPS - {"transform.DM"}:
+            assert outlets(dag_id, step) == set(), (dag_id, step)
+        assert outlets(dag_id, "migrate") == {pg}
+        assert outlets(dag_id, "stage") == set()
     assert outlets("streamdi_migrate", "migrate") == {pg}
     assert outlets("streamdi_setup", "load_reference_data") == {delta, pg}
 
@@ -149,6 +168,15 @@ def test_stages_match_the_batch_log():
     from streamdi.batchlog import STAGES
 
     assert orchestration.STAGES == STAGES
+
+
+def test_transform_tasks_match_the_transaction_graph():
+    """The DAGs' step tasks (built from orchestration.TRANSFORM_GRAPH without importing the jobs) are the steps
+    of jobs.transform, with the same dependencies; the DM task is last."""
+    from jobs.transform import STEPS as JOB_STEPS
+
+    assert {s.name: s.after for s in JOB_STEPS} == orchestration.TRANSFORM_GRAPH
+    assert set(orchestration.TRANSFORM_STEP_DOCS) == set(orchestration.TRANSFORM_GRAPH)
 
 
 def test_dag_files_hold_no_data_logic():
