@@ -189,6 +189,8 @@ def run_pending(
         on_plan(plan)
     if any(stage_name == "transform" for _, stage_name in plan):
         ctx.start_spark()  # the JVM starts on the idle core while staging parses and imports
+    if any(stage_name == "migrate" for _, stage_name in plan):
+        ctx.start_warehouse()  # PostgreSQL starts while the earlier stages run
     report = RunReport(collected=collected)
     for batch_id, stage_name in plan:
         started = time.perf_counter()

@@ -24,13 +24,13 @@ def mask_url(url: str | None) -> str | None:
     return _SECRET_IN_URL.sub(lambda m: f"{m['head']}***{m['tail']}", url)
 
 
-# HotSpot's optimizing (C2) compiler starts on a method after 5,000 calls or 15,000 calls and loops; a load's
-# first Spark jobs then spend about as much CPU compiling as computing (Batch1 at SF 3: ~50 s of compilation in
-# a ~50 s stage, on 2 cores). Ten times those thresholds compiles only the really hot code (measured in
-# bench/README.md, 2026-11-22 "JIT").
-DRIVER_JIT_OPTIONS = (
-    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
-)
+# The driver JVM compiles with HotSpot's C1 compiler only. Spark's own code is what the JIT compiles (analysis,
+# planning, code generation, the tasks' generated code), and with tiered compilation the C2 compiler threads took
+# ~12 s of the 2 cores in a load's transform (SF 3 Batch1, cold) to optimize code that a short process leaves soon
+# after. C1 alone needs a larger code cache than its default of 48 MB, which a transform fills (the JIT then
+# stops). Measured (bench/README.md, 2026-11-25 "C1 only"): SF 3 Batch1's transform in a new process 27-30 s ->
+# 22 s, the same after a warm-up 18.5 -> 18.1 s, a small micro-batch warm 5.9-6.1 -> 5.1 s.
+DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 
 
 class Settings(BaseSettings):
@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     spark_driver_java_options: str = Field(
         default=DRIVER_JIT_OPTIONS,
         description="Extra JVM options of the Spark driver (in local mode the JVM that runs every task); "
-        "the default makes HotSpot's optimizing compiler wait for hotter code (see docs/architecture.md).",
+        "the default compiles with HotSpot's C1 compiler only, with a 256 MB code cache (see docs/architecture.md).",
     )
     jvm_class_archive: bool = Field(
         default=True,

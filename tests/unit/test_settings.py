@@ -60,22 +60,18 @@ def test_streamdi_config_masks_secrets(monkeypatch, tmp_path: Path):
     assert str(tmp_path / "lake") in result.output
 
 
-def test_default_java_options_raise_the_c2_thresholds(monkeypatch, tmp_path):
+def test_default_java_options_compile_with_c1_only_and_a_large_code_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("STREAMDI_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
     monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
-    assert Settings().spark_driver_java_options.split() == [
-        "-XX:Tier4InvocationThreshold=50000",
-        "-XX:Tier4CompileThreshold=150000",
-        "-XX:Tier4BackEdgeThreshold=400000",
-    ]
+    assert Settings().spark_driver_java_options.split() == ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=256m"]
 
 
 def test_java_options_come_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
-    monkeypatch.setenv("STREAMDI_SPARK_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+    monkeypatch.setenv("STREAMDI_SPARK_DRIVER_JAVA_OPTIONS", "-XX:+UseSerialGC")
     settings = Settings()
-    assert settings.spark_driver_java_options == "-XX:TieredStopAtLevel=1"
-    assert settings.public_view()["STREAMDI_SPARK_DRIVER_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=1"
+    assert settings.spark_driver_java_options == "-XX:+UseSerialGC"
+    assert settings.public_view()["STREAMDI_SPARK_DRIVER_JAVA_OPTIONS"] == "-XX:+UseSerialGC"
 
 
 def test_compaction_threshold_defaults_to_16_small_files_and_0_turns_it_off(monkeypatch, tmp_path):
