@@ -29,7 +29,7 @@ TAGS = ["streamdi"]
 DEFAULT_ARGS = {
     "owner": "streamdi",
     "retries": 2,
-    "retry_delay": dt.timedelta(seconds=30),
+    "retry_delay": dt.timedelta(seconds=float(orchestration.dag_setting("STREAMDI_TASK_RETRY_DELAY"))),
     "execution_timeout": dt.timedelta(hours=2),
 }
 SHORT = dt.timedelta(minutes=10)  # execution_timeout of tasks that start neither Spark nor a load

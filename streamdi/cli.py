@@ -107,7 +107,7 @@ def doctor() -> None:
                 (
                     "spark",
                     True,
-                    f"Spark {spark.version} on {settings.spark_master} "
+                    f"Spark {spark.version} on {_spark_where(spark, settings)} "
                     f"({time.perf_counter() - started:.1f}s to start and run a job)",
                 )
             )
@@ -125,6 +125,14 @@ def doctor() -> None:
     if not all(ok for _, ok, _ in results):
         err.print("[red]streamdi doctor: some checks failed (see above).[/red]")
         raise typer.Exit(1)
+
+
+def _spark_where(spark, settings: Settings) -> str:
+    """Where the session runs: this process's Spark (its master) or a Spark Connect server (its address)."""
+    from streamdi.spark import remote_address
+
+    url = remote_address(spark)
+    return f"the Spark Connect server at {url}" if url else settings.spark_master
 
 
 def _class_archive(settings: Settings, runtime) -> str:

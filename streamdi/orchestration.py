@@ -74,6 +74,7 @@ REFERENCE_FILES: tuple[str, ...] = (
 DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STREAMDI_INCREMENTAL_SCHEDULE": ("* * * * *", "cron schedule of streamdi_incremental"),
     "STREAMDI_MIGRATE_SCHEDULE": ("*/5 * * * *", "cron schedule of streamdi_migrate"),
+    "STREAMDI_TASK_RETRY_DELAY": ("30", "seconds before a failed task's retry (each task has 2 retries)"),
 }
 
 # The data-quality report, served by the plugin in dags/plugins from <STREAMDI_HOME>/reports/ (docs/orchestration.md).
@@ -97,7 +98,11 @@ def dag_setting(name: str) -> str:
 
 
 def _settings(settings: Settings | None) -> Settings:
-    return settings if settings is not None else load_settings()
+    """The settings a task runs with: the environment's (or `settings`), Spark on this home's embedded Spark Connect
+    server unless STREAMDI_SPARK_REMOTE says otherwise (`streamdi.spark_connect.task_settings`)."""
+    from streamdi.spark_connect import task_settings
+
+    return task_settings(settings if settings is not None else load_settings())
 
 
 def reports_dir(settings: Settings | None = None) -> Path:

@@ -49,10 +49,16 @@ class Settings(BaseSettings):
     )
     spark_remote: str = Field(
         default="",
-        pattern=r"^(|embedded|sc://.+)$",
-        description="Spark Connect (opt-in): '' runs Spark in each process; 'embedded' starts (once) a local Spark "
-        "Connect server for this home that later processes reuse warm (`streamdi spark stop` stops it); "
-        "'sc://host:port' uses that server.",
+        pattern=r"^(|off|embedded|sc://.+)$",
+        description="Spark Connect: 'embedded' runs the Spark work on this home's local Spark Connect server, started "
+        "on first use and reused warm by later processes until it has been idle for spark_idle_timeout seconds; "
+        "'sc://host:port' uses that server; 'off' runs Spark in each process. Unset: Airflow tasks use 'embedded', "
+        "other commands use the embedded server when one is running for this home, else Spark in the process.",
+    )
+    spark_idle_timeout: float = Field(
+        default=900.0,
+        ge=0,
+        description="Seconds without a client after which the embedded Spark Connect server stops (0: never).",
     )
     spark_ui: bool = Field(default=False, description="Start the Spark web UI.")
     spark_shuffle_partitions: int = Field(default=8, ge=1, description="spark.sql.shuffle.partitions.")
@@ -108,7 +114,9 @@ class Settings(BaseSettings):
             "STREAMDI_LAKE": str(self.lake_root),
             "STREAMDI_LANDING": str(self.landing_dir),
             "STREAMDI_SPARK_MASTER": self.spark_master,
-            "STREAMDI_SPARK_REMOTE": self.spark_remote or "(unset: Spark in each process)",
+            "STREAMDI_SPARK_REMOTE": self.spark_remote
+            or "(unset: Airflow tasks 'embedded'; commands the running embedded server, else Spark in the process)",
+            "STREAMDI_SPARK_IDLE_TIMEOUT": f"{self.spark_idle_timeout:g}",
             "STREAMDI_SPARK_UI": str(self.spark_ui).lower(),
             "STREAMDI_SPARK_SHUFFLE_PARTITIONS": str(self.spark_shuffle_partitions),
             "STREAMDI_SPARK_DRIVER_MEMORY": self.spark_driver_memory,

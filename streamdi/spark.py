@@ -6,6 +6,8 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import re
@@ -24,20 +26,28 @@ from streamdi.java import find_java
 from streamdi.settings import Settings
 from streamdi.spark_options import jvm_options, server_options, session_options
 
+log = logging.getLogger(__name__)
+
 
 def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
-    """Return the process's SparkSession, creating it from `settings` on first use: Spark in this process, or with
-    `spark_remote` a Spark Connect session (`streamdi.spark_connect`: an embedded server that outlives the process,
-    or a given `sc://` server).
+    """Return the process's SparkSession, creating it from `settings` on first use: a Spark Connect session when
+    `streamdi.spark_connect.address` names a server (the embedded one that outlives the process, or a given `sc://`
+    server), else Spark in this process.
 
     Raises `streamdi.java.JavaNotUsable` (with install instructions) before Spark tries to start a JVM
     that cannot work.
     """
-    if settings.spark_remote:
-        return _remote_session(settings)
     active = SparkSession.getActiveSession()
     if active is not None:
-        return active
+        return active  # a process's Spark is either in it or remote (PySpark's Column functions follow the mode)
+    if SparkContext._gateway is None:  # no JVM in this process (yet): Spark may be remote
+        from streamdi import spark_connect
+
+        url = spark_connect.address(settings)
+        if url is not None:
+            log.info("Spark: the Spark Connect server at %s", url)
+            return _remote_session(settings, url)
+    log.info("Spark: in this process (master %s)", settings.spark_master)
     runtime = find_java()
     os.environ["JAVA_HOME"] = str(runtime.home)
     # Workers must use this interpreter, not whatever `python3` is on PATH.
@@ -65,18 +75,32 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
 _remote: dict[str, SparkSession] = {}
 
 
-def _remote_session(settings: Settings) -> SparkSession:
-    """A Spark Connect session on the server of `settings`, its SQL options set as a local session's are."""
+def _remote_session(settings: Settings, url: str) -> SparkSession:
+    """A Spark Connect session on the server at `url`, its SQL options set as a local session's are. The session
+    is released when the process exits; while the process lives, a thread marks the embedded server as in use
+    (`spark_connect.keep_alive`), so its idle watchdog never stops it under a client that is busy elsewhere."""
     from streamdi import spark_connect
 
-    url = spark_connect.address(settings)
     session = _remote.get(url)
     if session is None:
         session = SparkSession.builder.remote(url).getOrCreate()
         for key, value in session_options(settings).items():
             session.conf.set(key, value)
         _remote[url] = session
+        atexit.register(_release, session)
+        if settings.spark_remote in ("", spark_connect.EMBEDDED):
+            spark_connect.keep_alive(settings)
     return session
+
+
+def remote_address(session: SparkSession) -> str | None:
+    """The `sc://` address of a Spark Connect session of this process (None for Spark in the process)."""
+    return next((url for url, remote in _remote.items() if remote is session), None)
+
+
+def _release(session: SparkSession) -> None:
+    with contextlib.suppress(Exception):  # the server may be gone already; the process is ending either way
+        session.stop()
 
 
 JVM_NOTICES = re.compile(

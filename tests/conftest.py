@@ -30,6 +30,7 @@ def settings(streamdi_home: Path) -> Settings:
         spark_master="local[2]",
         spark_shuffle_partitions=2,
         spark_driver_memory="1g",
+        spark_remote="off",  # the `spark` fixture is Spark in the pytest process (classic), whatever else runs
         database_url=os.environ.get("DATABASE_URL") or None,
     )
 

@@ -25,6 +25,10 @@ os.environ.update(
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     }
 )
+# `dag.test()` runs the tasks in this pytest process, which also runs the classic-Spark tests: Airflow tasks would
+# default to the embedded Spark Connect server, and a process is either a Spark Connect client or holds its own
+# Spark, for good. Tests that start real Airflow (`streamdi airflow`) drop this, so their tasks use the server.
+os.environ.setdefault("STREAMDI_SPARK_REMOTE", "off")
 
 
 def _customer_line(dsn: int, c_id: int) -> str:

@@ -43,10 +43,11 @@ def data(tmp_path_factory) -> Path:
     return out
 
 
-def env_for(home: Path, fault: str | None = None, compact: str | None = None) -> dict[str, str]:
+def env_for(home: Path, fault: str | None = None, compact: str | None = None, remote: str = "off") -> dict[str, str]:
     drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER="local[2]", STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
+    env["STREAMDI_SPARK_REMOTE"] = remote
     if fault:
         env["STREAMDI_FAULT_AT"] = fault
     if compact:
@@ -54,10 +55,12 @@ def env_for(home: Path, fault: str | None = None, compact: str | None = None) ->
     return env
 
 
-def load(home: Path, data: Path, batch: int, fault: str | None = None, compact: str | None = None) -> int:
+def load(
+    home: Path, data: Path, batch: int, fault: str | None = None, compact: str | None = None, remote: str = "off"
+) -> int:
     done = subprocess.run(
         [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
-        env=env_for(home, fault, compact),
+        env=env_for(home, fault, compact, remote),
         capture_output=True,
         text=True,
         timeout=600,
@@ -163,3 +166,29 @@ def test_crash_right_after_a_named_commit_of_batch2_then_rerun_equals_the_uncras
     assert got["postgres"] == expected["postgres"]
     for table, rows in expected["delta"].items():
         assert got["delta"][table] == rows, f"{table} differs after a crash after {commit} and a rerun"
+
+
+def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
+    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default): the client process is killed right after T3's
+    DimTrade commit, while T4 runs beside it on the same server; the server outlives it, the rerun reuses it and
+    ends where the uncrashed run (Spark in the process) ended."""
+    import json
+
+    from streamdi import spark_connect
+
+    expected, _, after_batch1 = reference
+    home = tmp_path / "home"
+    copy_home(after_batch1, home)
+    settings = Settings(home=home)
+    try:
+        assert load(home, data, 2, fault="lake.after_commit:T3/dimtrade", remote="embedded") == -9
+        server = json.loads((home / "spark-connect" / "server.json").read_text())
+        assert spark_connect.running(server["pid"])  # the crash of a client leaves its server running
+        assert load(home, data, 2, remote="embedded") == 0
+        assert json.loads((home / "spark-connect" / "server.json").read_text()) == server  # reused, not restarted
+    finally:
+        spark_connect.stop_server(settings)
+    got = snapshot(home)
+    assert got["postgres"] == expected["postgres"]
+    for table, rows in expected["delta"].items():
+        assert got["delta"][table] == rows, f"{table} differs after a Spark Connect client's crash and a rerun"
