@@ -67,8 +67,15 @@ def migration_mode_param(default: str = "push") -> Param:
 
 
 def data_dir_param(description: str) -> Param:
-    """May stay empty (null): the form's Trigger button accepts it."""
-    return Param(None, type=["null", "string"], title="Data directory", description=description)
+    """May stay empty (null): the form's Trigger button accepts it. `description` is Markdown (the form renders
+    `description_md`; `description`, plain text, keeps it without backticks for the API)."""
+    return Param(
+        None,
+        type=["null", "string"],
+        title="Data directory",
+        description=description.replace("`", ""),
+        description_md=description,
+    )
 
 
 def batch_param() -> Param:

@@ -60,7 +60,7 @@ def stop_group(proc: subprocess.Popen, grace: float = 30) -> None:
 class Chromium:
     """A headless Chromium page driven through the DevTools protocol."""
 
-    def __init__(self, profile: Path) -> None:
+    def __init__(self, profile: Path, *, height: int = 1000) -> None:
         binary = shutil.which("chromium") or shutil.which("chromium-browser")
         assert binary, "Debian's chromium package is needed (bootstrap.py test installs it)"
         port = free_port()
@@ -75,7 +75,7 @@ class Chromium:
                 "--allow-file-access-from-files",
                 f"--user-data-dir={profile}",
                 f"--remote-debugging-port={port}",
-                f"--window-size={WIDTH},1000",
+                f"--window-size={WIDTH},{height}",
                 "about:blank",
             ],
             stdout=subprocess.DEVNULL,
@@ -129,6 +129,43 @@ class Chromium:
         assert self.eval(f"!!document.querySelector({json.dumps(selector)})"), selector
         self.eval(f"document.querySelector({json.dumps(selector)}).focus()")
         self.call("Input.insertText", text=text)
+
+    def exists(self, selector: str) -> bool:
+        return bool(self.eval(f"!!document.querySelector({json.dumps(selector)})"))
+
+    def wait_for_selector(self, selector: str, timeout: float = 60, what: str | None = None) -> None:
+        wait_for(what or selector, lambda: self.exists(selector), timeout, 0.5)
+
+    def on(self, selector: str, body: str):
+        """Run the JavaScript `body` with `e` = the first element matching `selector` (which must exist)."""
+        assert self.exists(selector), f"nothing matches {selector}"
+        return self.eval(f"(e => {{ {body} }})(document.querySelector({json.dumps(selector)}))")
+
+    def attribute(self, selector: str, name: str) -> str | None:
+        return self.on(selector, f"return e.getAttribute({json.dumps(name)});")
+
+    def click(self, selector: str) -> None:
+        """Click the first element that matches `selector` (scrolled into view first), as a user would: React and
+        Chakra UI handle the DOM click event like a mouse click."""
+        self.on(selector, "e.scrollIntoView({block: 'center'}); e.click();")
+
+    def click_text(self, text: str, selector: str = "button, a, [role=menuitem]") -> None:
+        """Click the first element matching `selector` whose visible text is `text` (ignoring surrounding blanks)."""
+        found = self.eval(
+            f"(() => {{ const e = [...document.querySelectorAll({json.dumps(selector)})]"
+            f".find(e => e.innerText.trim() === {json.dumps(text)}); if (!e) return false;"
+            " e.scrollIntoView({block: 'center'}); e.click(); return true; })()"
+        )
+        assert found, f"no {selector} with the text {text!r}"
+
+    def fill(self, selector: str, text: str) -> None:
+        """Replace the value of a (React-controlled) input as a user typing would: focus, select what it holds, type
+        `text` over it (trusted input events, which React and Chakra UI's number fields take), then leave the field
+        (a number field commits its value on blur)."""
+        self.on(selector, "e.scrollIntoView({block: 'center'}); e.focus(); e.select();")
+        self.call("Input.insertText", text=text)
+        value = self.on(selector, "e.blur(); return e.value;")
+        assert value == text, f"{selector} holds {value!r} after typing {text!r}"
 
     def screenshot(self, path: Path, *, full_page: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
