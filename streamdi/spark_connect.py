@@ -37,6 +37,7 @@ from streamdi.settings import Settings
 log = logging.getLogger(__name__)
 
 EMBEDDED = "embedded"
+OFF = "off"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 180.0
 
@@ -45,7 +46,6 @@ def folder(settings: Settings) -> Path:
     return settings.home.absolute() / "spark-connect"
 
 
-OFF = "off"
 LAST_USE = "last-use"  # touched whenever a process is handed the embedded server's address
 WATCH_EVERY = 5.0  # seconds between two looks of the watchdog
 
