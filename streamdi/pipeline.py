@@ -91,11 +91,13 @@ def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: It
     the batch log (the detail then has `halted`). The last step (DM) marks the transform done, with the rows,
     seconds and checks of the steps' `earlier` details merged into its own, and compacts the lake. A step whose
     commits for the micro-batch are recorded (a retry, a rerun) redoes none of them."""
-    if any(s.name == step and s.spark for s in transform.STEPS):
+    declared = next((s for s in transform.STEPS if s.name == step), None)
+    if declared is not None and declared.spark:
         ctx.start_spark()  # the JVM (or the Spark Connect session) starts while the step reads its scope
+    if declared is not None and declared.checked:
+        warm_up()  # its warehouse suites need Great Expectations: imported meanwhile
     batch_log = BatchLog(ctx.lake)
     attempt = batch_log.resumes(batch_id, "transform")
-    warm_up()
     report = transform.run_step(ctx, batch_id, step, attempt=attempt)
     detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
     if report.halts:

@@ -101,6 +101,12 @@ def declared_tables() -> dict[str, Table]:
     return {t.qualified_name: t for t in tables}
 
 
+def suite_path(table: Table, root: Path = EXPECTATIONS_DIR) -> Path:
+    """Where the suite of `table` lives (`<layer>/<table>.yml`; `load_suites` refuses a suite anywhere else): a
+    caller can tell whether a table has a suite without importing Great Expectations."""
+    return root / table.layer / f"{table.name}.yml"
+
+
 def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
     """Every suite under `root` (`<layer>/<table>.yml`), checked against the declared tables and Great
     Expectations' registry, by qualified table name. Raises SuiteError on the first problem."""
