@@ -18,6 +18,7 @@ from pathlib import Path
 import airflow_server
 import pytest
 from chromium import wait_for
+from snapshots import delta_warehouse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
@@ -37,18 +38,6 @@ def airflow(tmp_path: Path):
         yield server
     finally:
         airflow_server.stop(server)
-
-
-def _warehouse(home: Path) -> dict[str, list[str]]:
-    """Every Delta warehouse table's rows, sorted, as text (delta-rs)."""
-    from deltalake import DeltaTable
-
-    root = home / "lake" / "warehouse"
-    return {
-        t.name: sorted(map(repr, DeltaTable(str(t)).to_pyarrow_table().to_pylist()))
-        for t in sorted(root.iterdir())
-        if (t / "_delta_log").is_dir()
-    }
 
 
 def _postgres(home: Path) -> dict[str, list[str]]:
@@ -96,8 +85,8 @@ def test_a_killed_t3_task_is_retried_alone_and_the_warehouse_equals_an_uninjecte
     )
     assert loaded.returncode == 0, loaded.stdout + loaded.stderr
 
-    got = wait_for("Delta tables readable", lambda: _warehouse(airflow.home), 30, 1)
-    expected = _warehouse(reference)
+    got = wait_for("Delta tables readable", lambda: delta_warehouse(airflow.home), 30, 1)
+    expected = delta_warehouse(reference)
     assert set(got) == set(expected)
     assert got["dimtrade"] and got["factholdings"] and got["factcashbalances"]  # the tables T3 commits
     for table, rows in expected.items():

@@ -196,7 +196,8 @@ def test_first_runs_from_the_ui_trigger_forms(airflow, tmp_path):
         run = rest.run(SETUP, setup)
         assert run["conf"] == {"data_dir": None, "scale_factor": float(SCALE), "migration_mode": "push"}
         assert (run["run_type"], run["triggered_by"], run["triggering_user_name"]) == ("manual", "ui", user)
-        assert not rest.dag(SETUP)["is_paused"]  # the form's "Unpause streamdi_setup on trigger" (checked)
+        # the form's "Unpause streamdi_setup on trigger" (checked): the UI sends it beside the trigger, not before
+        wait_for("the form to unpause streamdi_setup", lambda: not rest.dag(SETUP)["is_paused"], 60, 1)
         rest.wait_for_success(SETUP, setup)
         assert (data / "Batch1" / "HR.csv").is_file()
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from snapshots import delta_warehouse
 from test_cli_run import cli, pg_snapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -23,18 +24,6 @@ def _running(pid: int) -> bool:
     """Linux: the process exists and is not a zombie."""
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _warehouse(home: Path) -> dict[str, list[str]]:
-    """Every Delta warehouse table's rows (sorted, as text), read with delta-rs."""
-    from deltalake import DeltaTable
-
-    root = home / "lake" / "warehouse"
-    return {
-        t.name: sorted(map(repr, DeltaTable(str(t)).to_pyarrow_table().to_pylist()))
-        for t in sorted(root.iterdir())
-        if (t / "_delta_log").is_dir()
-    }
 
 
 @pytest.fixture
@@ -65,7 +54,7 @@ def test_loads_on_the_embedded_server_equal_loads_with_spark_in_the_process(home
     assert json.loads((remote / "spark-connect" / "server.json").read_text()) == state  # reused, not restarted
     assert not (local / "spark-connect").exists()
 
-    assert _warehouse(remote) == _warehouse(local)
+    assert delta_warehouse(remote) == delta_warehouse(local)
     assert pg_snapshot(remote) == pg_snapshot(local)
 
     stopped = cli(remote, "spark", "stop", extra_env=REMOTE)
