@@ -117,6 +117,7 @@ class StageReport:
     files: list[FileReport] = field(default_factory=list)
     checks: list[quality.CheckOutcome] = field(default_factory=list)
     halts: list[str] = field(default_factory=list)  # what halted the batch (empty: it goes on)
+    duplicates: dict[str, str] = field(default_factory=dict)  # file not staged -> the earlier file it repeats
 
     @property
     def quarantined(self) -> int:
@@ -141,12 +142,14 @@ class StageReport:
     @property
     def audit_files(self) -> list[str]:
         """`*_audit.csv` files: expected counts for the audit, not data."""
-        return [f.file for f in self.files if f.source is None and _is_audit(f.file)]
+        return [f.file for f in self.files if f.source is None and _is_audit(f.file) and f.file not in self.duplicates]
 
     @property
     def unknown_files(self) -> list[str]:
         """Files that match no declared source (registered in the batch log, not staged)."""
-        return [f.file for f in self.files if f.source is None and not _is_audit(f.file)]
+        return [
+            f.file for f in self.files if f.source is None and not _is_audit(f.file) and f.file not in self.duplicates
+        ]
 
 
 def _is_audit(file: str) -> bool:
@@ -156,7 +159,14 @@ def _is_audit(file: str) -> bool:
 Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(staging table, rows)], rejects, counts)
 
 
-def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int = 0) -> StageReport:
+def run(
+    ctx: JobContext,
+    batch_id: int,
+    files: list[BatchFile],
+    *,
+    attempt: int = 0,
+    earlier: dict[tuple[int, str], str] | None = None,
+) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
     Each staging table's rows are validated with its suite (`expectations/staging/`, `streamdi.quality`) before
@@ -169,17 +179,33 @@ def run(ctx: JobContext, batch_id: int, files: list[BatchFile], *, attempt: int 
     parsed at a time while the previous one is committed (`_overlapped`), and the commits follow a fixed order
     (delimited sources by name, FINWIRE, CustomerMgmt, rejects). Raises if the counts of a file do not reconcile
     (lines or actions read != staged + rejected), which would be a bug, not bad data.
+
+    A data file whose bytes repeat a file of the same TPC-DI batch registered before it (`earlier`: (TPC-DI batch,
+    sha256) -> file, for the files of earlier micro-batches; then this batch's files in their order) is a duplicate
+    delivery (a producer's retry, a piece sent twice): it is not staged, and `StageReport.duplicates` names it with
+    the file it repeats. Audit files are always staged (their figures are keyed by their path). Files of different
+    TPC-DI batches never count as duplicates (Prospect.csv is a full snapshot in every batch, and may repeat).
     """
     report = StageReport(batch_id)
+    seen = dict(earlier or {})
     by_source: dict[str, tuple[SourceFile, list[BatchFile]]] = {}
     finwire_files: list[BatchFile] = []
     xml_files: list[BatchFile] = []
     for bf in files:
         kind = nondelimited_source_for_file(bf.file, bf.source_batch)
+        source = source_for_file(bf.file, bf.source_batch) if kind is None else None
+        if source is not None or kind is not None:
+            first = seen.setdefault((bf.source_batch, bf.sha256), bf.file)
+            if first != bf.file:
+                log.warning(
+                    "batch %s: %s repeats %s byte for byte; not staged (a duplicate delivery)", batch_id, bf.file, first
+                )
+                report.duplicates[bf.file] = first
+                report.files.append(FileReport(bf.file, None, 0, 0, 0))
+                continue
         if kind is not None:
             (finwire_files if kind == FINWIRE else xml_files).append(bf)
             continue
-        source = source_for_file(bf.file, bf.source_batch)
         if source is None:
             if not _is_audit(bf.file):
                 log.warning("batch %s: %s matches no declared source; registered but not staged", batch_id, bf.file)

@@ -47,9 +47,13 @@ def source_batch_of(relative: str) -> int | None:
     return int(marks[-1]) if marks else None
 
 
+def is_collectable(name: str) -> bool:
+    """Whether a file of this name is collected (not a temporary name of a delivery in progress)."""
+    return not name.startswith((".", "_")) and not name.endswith(_SKIP_SUFFIXES)
+
+
 def _is_candidate(path: Path) -> bool:
-    name = path.name
-    return path.is_file() and not name.startswith((".", "_")) and not name.endswith(_SKIP_SUFFIXES)
+    return path.is_file() and is_collectable(path.name)
 
 
 def _sha256(path: Path) -> str:

@@ -196,6 +196,7 @@ class _BatchLogView:
     arrived: dict[int, dt.datetime]
     transformed: dict[int, dt.datetime]
     skipped: frozenset[int] = frozenset()  # dropped by an operator before their transform: nothing to land
+    staged: dict[int, dt.datetime] = field(default_factory=dict)  # when each batch's stage was marked done
 
 
 def _read_batch_log(lake: Lake) -> _BatchLogView:
@@ -204,17 +205,22 @@ def _read_batch_log(lake: Lake) -> _BatchLogView:
         return _BatchLogView({}, {})
     arrived = _batch_times(lake.read_columns(BATCH_FILES, ["batch_id", "arrived_at"]), "arrived_at")
     events = lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state", "at"])
-    events = events.filter(pc.equal(events["stage"], "transform")).sort_by(
+    events = events.filter(pc.is_in(events["stage"], pa.array(["stage", "transform"]))).sort_by(
         [("batch_id", "ascending"), ("at", "ascending")]
     )
-    latest: dict[int, tuple[str, dt.datetime]] = {}
-    for batch_id, state, at in zip(
-        events["batch_id"].to_pylist(), events["state"].to_pylist(), events["at"].to_pylist(), strict=True
+    latest: dict[tuple[int, str], tuple[str, dt.datetime]] = {}
+    for batch_id, stage, state, at in zip(
+        events["batch_id"].to_pylist(),
+        events["stage"].to_pylist(),
+        events["state"].to_pylist(),
+        events["at"].to_pylist(),
+        strict=True,
     ):
-        latest[batch_id] = (state, at)  # the latest event is the stage's state, as in BatchLog.states
-    transformed = {b: at for b, (state, at) in latest.items() if state == DONE}
-    skipped = frozenset(b for b, (state, _) in latest.items() if state == SKIPPED)
-    return _BatchLogView(arrived, transformed, skipped)
+        latest[batch_id, stage] = (state, at)  # the latest event is the stage's state, as in BatchLog.states
+    transformed = {b: at for (b, stage), (state, at) in latest.items() if stage == "transform" and state == DONE}
+    skipped = frozenset(b for (b, stage), (state, _) in latest.items() if stage == "transform" and state == SKIPPED)
+    staged = {b: at for (b, stage), (state, at) in latest.items() if stage == "stage" and state == DONE}
+    return _BatchLogView(arrived, transformed, skipped, staged)
 
 
 def _pending(batch_log: _BatchLogView, visible: int) -> list[int]:
@@ -266,7 +272,12 @@ def _migrate_upto(
 
     def metrics() -> list[BatchMetric]:
         """The unit's batch_metrics rows (called once every change has been read: `rows` is complete then)."""
-        return [BatchMetric(b, batch_log.arrived.get(b), batch_log.transformed.get(b), rows.get(b, 0)) for b in unit]
+        return [
+            BatchMetric(
+                b, batch_log.arrived.get(b), batch_log.transformed.get(b), rows.get(b, 0), batch_log.staged.get(b)
+            )
+            for b in unit
+        ]
 
     fault_point("migrate.before_apply")
     applied = warehouse.apply_changes(read_ahead(changes()), batches=metrics, mode=mode)

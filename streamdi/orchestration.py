@@ -74,6 +74,7 @@ REFERENCE_FILES: tuple[str, ...] = (
 DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
     "STREAMDI_INCREMENTAL_SCHEDULE": ("* * * * *", "cron schedule of streamdi_incremental"),
     "STREAMDI_MIGRATE_SCHEDULE": ("*/5 * * * *", "cron schedule of streamdi_migrate"),
+    "STREAMDI_STREAM_CHECK_SCHEDULE": ("*/5 * * * *", "cron schedule of streamdi_stream (start if down, check)"),
     "STREAMDI_TASK_RETRY_DELAY": ("30", "seconds before a failed task's retry (each task has 2 retries)"),
 }
 
@@ -434,6 +435,36 @@ def migrate_transformed(settings: Settings | None = None, *, skip_when_idle: boo
             _skip(message)
         return {"steps": []}
     return process_batches(ready, "migrate", "push", ctx.settings)
+
+
+STREAM_ACTIONS = ("ensure", "check", "stop")
+
+
+def supervise_stream(action: str = "ensure", settings: Settings | None = None) -> dict:
+    """The stream service under Airflow (`streamdi_stream`): `ensure` starts it when it does not run (a process of
+    its own session, which outlives the task) and waits until it serves; `check` only looks; `stop` asks it to finish
+    its micro-batch in flight and stop. Returns its state, lag, last micro-batch, latency and rows/s (the task's
+    XCom). A halted batch, or a service that `ensure` or `check` finds not running, fails the task at once: the
+    message says what to do."""
+    from streamdi.stream import supervise
+
+    if action not in STREAM_ACTIONS:
+        raise FailFast(f"unknown action {action!r}: one of {', '.join(STREAM_ACTIONS)}")
+    settings = settings if settings is not None else load_settings()
+    state = supervise(settings, action)
+    log.info("stream service: %s", state)
+    if state.get("halt"):
+        raise BatchHalted(
+            f"the stream is halted: {state['halt']}. It waits for an operator: check the data (`streamdi quality "
+            "report`), then `streamdi batch resume K` (or `streamdi batch skip K --reason TEXT` for a batch halted in "
+            "staging); the service goes on by itself."
+        )
+    if action in ("ensure", "check") and not state["running"]:
+        raise FailFast(
+            f"the stream service does not run ({state['state']}): trigger streamdi_stream with action=ensure, or run "
+            "`streamdi stream`; its log is <STREAMDI_HOME>/stream/service.log"
+        )
+    return state
 
 
 # ----------------------------------------------------------------------------------------- checks and audit

@@ -41,7 +41,14 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
     (the detail then has `halted`, the reason); otherwise the stage is marked done."""
     warm_up()  # Great Expectations imports while Spark parses
     batch_log = BatchLog(ctx.lake)
-    report = stage.run(ctx, batch_id, batch_log.files(batch_id), attempt=batch_log.resumes(batch_id, "stage"))
+    registered = sorted(batch_log.registered_files().values(), key=lambda f: (f.batch_id, f.file_seq))
+    earlier = {}
+    for f in registered:
+        if f.batch_id < batch_id:
+            earlier.setdefault((f.source_batch, f.sha256), f.file)
+    report = stage.run(
+        ctx, batch_id, batch_log.files(batch_id), attempt=batch_log.resumes(batch_id, "stage"), earlier=earlier
+    )
     detail = {
         "read": report.read,
         "staged": report.staged,
@@ -51,6 +58,7 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
         "checks": summarize(report.checks),
         "audit_files": len(report.audit_files),
         "unknown_files": report.unknown_files,
+        "duplicates": report.duplicates,
     }
     fault_point("pipeline.before_mark_stage")
     if report.halts:
@@ -174,12 +182,15 @@ def run_pending(
     on_plan: Callable[[list[tuple[int, str]]], None] | None = None,
     on_step: Callable[[StepResult], None] | None = None,
     upto: str = "migrate",
+    stop_before_batch: Callable[[], bool] | None = None,
 ) -> RunReport:
     """Collect new files, then run every pending (batch, stage) in order until all are done.
 
     `upto` stops each batch after that stage (e.g. "transform": build the Delta warehouse, leave PostgreSQL
     alone); the stages left out stay pending in the batch log. A halted stage stops the run: nothing after it
-    runs (`RunReport.halted` says which) until an operator resumes it or skips its batch.
+    runs (`RunReport.halted` says which) until an operator resumes it or skips its batch. `stop_before_batch`
+    (the stream service's stop request) is asked before each batch's first pending stage: when it says so, the run
+    ends there, with the batch in flight finished and the later ones left pending.
     """
     last = STAGES.index(upto)
     collected = collect_job(ctx)
@@ -194,7 +205,11 @@ def run_pending(
     if any(stage_name == "migrate" for _, stage_name in plan):
         ctx.start_warehouse()  # PostgreSQL starts while the earlier stages run
     report = RunReport(collected=collected)
+    in_flight = None
     for batch_id, stage_name in plan:
+        if batch_id != in_flight and stop_before_batch is not None and in_flight is not None and stop_before_batch():
+            break
+        in_flight = batch_id
         started = time.perf_counter()
         detail = STAGE_JOBS[stage_name](ctx, batch_id)
         step = StepResult(batch_id, stage_name, detail, time.perf_counter() - started)

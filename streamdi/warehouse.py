@@ -88,8 +88,10 @@ _METRICS_DDL = f"""CREATE TABLE IF NOT EXISTS {METRICS_TABLE} (
     visible_at timestamptz NOT NULL,
     rows bigint NOT NULL,
     unit_last_batch bigint NOT NULL,
-    mode text NOT NULL
-);"""
+    mode text NOT NULL,
+    staged_at timestamptz
+);
+ALTER TABLE {METRICS_TABLE} ADD COLUMN IF NOT EXISTS staged_at timestamptz;"""
 
 # A first load builds a large table's indexes after its COPY (`_load_empty`). Dropping and creating an index
 # needs the table's owner, which the loader is not (it may not drop a table): these two functions run as their
@@ -197,14 +199,16 @@ class TableChange:
 
 @dataclass(frozen=True)
 class BatchMetric:
-    """A micro-batch a migration makes visible: when its last file arrived, when its Delta commits were done
-    (the batch log's transform mark), and how many change rows its commits carry over all warehouse tables
-    (`dw.*` only: the quality record a batch leaves is not counted, so `rows` keeps meaning warehouse data)."""
+    """A micro-batch a migration makes visible: when its last file arrived, when it was staged and when its Delta
+    commits were done (the batch log's stage and transform marks), and how many change rows its commits carry over
+    all warehouse tables (`dw.*` only: the quality record a batch leaves is not counted, so `rows` keeps meaning
+    warehouse data)."""
 
     batch_id: int
     arrived_at: dt.datetime | None
     delta_committed_at: dt.datetime | None
     rows: int
+    staged_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -751,9 +755,12 @@ def _record_batches(conn: psycopg.Connection, batches: Sequence[BatchMetric], mo
     with conn.cursor() as cur:
         cur.executemany(
             f"""INSERT INTO {METRICS_TABLE}
-                (batch_id, arrived_at, delta_committed_at, visible_at, rows, unit_last_batch, mode)
-                VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING""",
-            [(b.batch_id, b.arrived_at, b.delta_committed_at, visible_at, b.rows, unit_last, mode) for b in batches],
+                (batch_id, arrived_at, staged_at, delta_committed_at, visible_at, rows, unit_last_batch, mode)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING""",
+            [
+                (b.batch_id, b.arrived_at, b.staged_at, b.delta_committed_at, visible_at, b.rows, unit_last, mode)
+                for b in batches
+            ],
         )
 
 

@@ -8,7 +8,9 @@ table is compared with its row count read directly from the Delta log (delta-rs)
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -169,3 +171,43 @@ def test_quality_report_renders_the_batch_log(dagbag, home):
     assert "streamdi data-quality report" in quality and "No micro-batch is halted." in quality
     assert quality.count('<tr class="" data-batch=') == 4
     assert (home / "reports" / "quality" / "data_docs" / "index.html").is_file()
+
+
+def done_events(home: Path, batch_id: int, stage: str) -> list[dict]:
+    return [e for e in batch_log(home)[1] if e["batch_id"] == batch_id and e["stage"] == stage and e["state"] == "done"]
+
+
+def test_stream_dag_starts_checks_and_stops_the_service(dagbag, home):
+    """streamdi_stream's supervise task starts a real `streamdi stream` (a process of its own that outlives the task),
+    which then runs a file that lands (a piece delivered a second time under a new name: a duplicate, not staged);
+    `check` reports it; `stop` ends the service."""
+    from streamdi.stream import read_status
+
+    assert sorted(batch_log(home)[0]) == [1, 2, 3, 4], "needs the runs of the tests before"
+    before = pg_counts(home)
+    state, tasks = run_dag(dagbag, "streamdi_stream", action="ensure")
+    try:
+        assert state == "success", tasks
+        status, running = read_status(settings_for(home))
+        assert running and status["state"] in ("idle", "waiting", "processing")
+        landing = settings_for(home).landing_dir
+        (landing / "Customer_batch2_0001_again.txt").write_bytes((landing / "Customer_batch2_0001.txt").read_bytes())
+        deadline = time.monotonic() + 300
+        while not done_events(home, 5, "migrate"):
+            assert time.monotonic() < deadline, read_status(settings_for(home))
+            time.sleep(0.5)
+        assert json.loads(done_events(home, 5, "stage")[0]["detail"])["duplicates"] == {
+            "Customer_batch2_0001_again.txt": "Customer_batch2_0001.txt"
+        }
+        state, tasks = run_dag(dagbag, "streamdi_stream", action="check")
+        assert state == "success", tasks
+        status, running = read_status(settings_for(home))
+        assert running and status["last_batch"] == 5 and status["batches_done"] == 1
+    finally:
+        state, tasks = run_dag(dagbag, "streamdi_stream", action="stop")
+    assert state == "success", tasks
+    assert read_status(settings_for(home))[1] is False
+    assert pg_counts(home) == before
+    # with the service stopped, `check` fails at once and says how to start it
+    state, tasks = run_dag(dagbag, "streamdi_stream", action="check")
+    assert state == "failed" and tasks == {"supervise": "failed"}

@@ -45,6 +45,7 @@ EXPECTED_EDGES = {
     },
     "streamdi_migrate": set(),
     "streamdi_quality_report": set(),
+    "streamdi_stream": set(),
 }
 EXPECTED_TASKS = {
     "streamdi_setup": {"create_objects", "deliver_reference_data", "collect", "load_reference_data", "validate"},
@@ -52,6 +53,7 @@ EXPECTED_TASKS = {
     "streamdi_incremental": {"collect", "stage", *STEPS, "migrate"},
     "streamdi_migrate": {"migrate"},
     "streamdi_quality_report": {"write_report"},
+    "streamdi_stream": {"supervise"},
 }
 
 
@@ -85,6 +87,8 @@ def test_schedules(dagbag):
     assert isinstance(dagbag.dags["streamdi_historical_load"].timetable, NullTimetable)
     assert dagbag.dags["streamdi_incremental"].timetable.expression == "* * * * *"
     assert dagbag.dags["streamdi_migrate"].timetable.expression == "*/5 * * * *"
+    assert dagbag.dags["streamdi_stream"].timetable.expression == "*/5 * * * *"
+    assert dagbag.dags["streamdi_stream"].is_paused_upon_creation is True  # never beside streamdi_incremental
     report = dagbag.dags["streamdi_quality_report"].timetable.asset_condition
     assert {a.uri for a in report.objects} == {"streamdi://warehouse/delta", "streamdi://warehouse/postgres"}
 

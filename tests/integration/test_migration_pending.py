@@ -131,6 +131,8 @@ class StreamLake:
         batch_id = self.log.last_batch_id() + 1
         landed = LandedFile(f"Batch1/drip-{batch_id:04d}.txt", 10, f"sha-{batch_id}", arrived_at, 1)
         self.log.register([landed], now=arrived_at)
+        if transform_done:  # staged half a second after arrival (batch_metrics.staged_at)
+            self.log.mark(batch_id, "stage", "done", now=arrived_at + dt.timedelta(milliseconds=500))
         for table, rows in (reference or {}).items():
             self.lake.upsert(table, arrow(table, rows), app_id=f"T0/{table.name}", version=batch_id)
         if trades or deleted_trades:
@@ -198,7 +200,8 @@ def ledger_rows(warehouse: Warehouse) -> list[tuple]:
 
 def metrics_rows(warehouse: Warehouse) -> list[tuple]:
     _, rows = warehouse.query(
-        "SELECT batch_id, arrived_at, delta_committed_at, rows, unit_last_batch, mode FROM streamdi.batch_metrics "
+        "SELECT batch_id, arrived_at, staged_at, delta_committed_at, rows, unit_last_batch, mode "
+        "FROM streamdi.batch_metrics "
         "ORDER BY batch_id"
     )
     return rows
@@ -277,10 +280,12 @@ def test_pull_catches_up_every_committed_batch_in_one_transaction(target, tmp_pa
     assert [(t, b) for t, _, b, _, _ in ledger_rows(target)] == [("dimtrade", 3), ("statustype", 3), ("tradetype", 3)]
     # every batch of the unit has its metrics row; rows = change rows of the batch's commits (4+2 / 30 | 15+3 | 1)
     second_arrival = T0 + dt.timedelta(minutes=1)
+    half = dt.timedelta(milliseconds=500)
+    third_arrival = T0 + dt.timedelta(minutes=2)
     assert metrics_rows(target) == [
-        (1, T0, T0 + dt.timedelta(seconds=1), 36, 3, "pull"),
-        (2, second_arrival, second_arrival + dt.timedelta(seconds=1), 18, 3, "pull"),
-        (3, T0 + dt.timedelta(minutes=2), T0 + dt.timedelta(minutes=2, seconds=1), 1, 3, "pull"),
+        (1, T0, T0 + half, T0 + dt.timedelta(seconds=1), 36, 3, "pull"),
+        (2, second_arrival, second_arrival + half, second_arrival + dt.timedelta(seconds=1), 18, 3, "pull"),
+        (3, third_arrival, third_arrival + half, third_arrival + dt.timedelta(seconds=1), 1, 3, "pull"),
     ]
     _, visible = target.query("SELECT count(DISTINCT visible_at) FROM streamdi.batch_metrics")
     assert visible == [(1,)]  # one transaction

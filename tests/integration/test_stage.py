@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
-from builders import SHARED_SAMPLE, source_line, write_landing_file
+from builders import SHARED_SAMPLE, deliver, source_line, write_landing_file
 
 from jobs.delimited import parse_delimited
 from jobs.stage import numbered_lines, source_for_file
@@ -72,6 +72,7 @@ def test_stage_job_loads_good_lines_and_rejects_bad_ones(ctx: JobContext):
         "checks": {"passed": 1},  # expectations/staging/taxrate.yml (Date.txt has no suite)
         "audit_files": 1,
         "unknown_files": ["Batch1/Unknown.dat"],
+        "duplicates": {},
     }
     taxes = ctx.lake.read_arrow(src.TAX_RATE.staging).to_pylist()
     assert [
@@ -102,6 +103,43 @@ def test_stage_job_loads_good_lines_and_rejects_bad_ones(ctx: JobContext):
     stage_job(ctx, batch_id)
     assert len(ctx.lake.read_arrow(src.TAX_RATE.staging)) == 2
     assert len(ctx.lake.read_arrow(REJECTS)) == 3
+
+
+def test_a_file_that_repeats_an_earlier_file_of_its_tpcdi_batch_is_not_staged(ctx: JobContext):
+    """Continues the test above (Batch1/TaxRate.txt is staged in micro-batch 1). A piece with the same bytes in TPC-DI
+    batch 1 (a producer's retry) is a duplicate; a second copy of Batch2/BatchDate.txt in the same micro-batch is a
+    duplicate of the first to arrive; the same bytes as Batch3/BatchDate.txt belong to another TPC-DI batch and are
+    staged."""
+    landing = ctx.settings.landing_dir
+    taxes = (landing / "Batch1" / "TaxRate.txt").read_bytes()
+    day = b"2017-07-08\r\n"
+    for n, (relative, content) in enumerate(
+        (
+            ("TaxRate_batch1_0001.txt", taxes),
+            ("Batch2/BatchDate.txt", day),
+            ("BatchDate_batch2_0002.txt", day),
+            ("Batch3/BatchDate.txt", day),
+        )
+    ):
+        deliver(landing, relative, content, NOW + dt.timedelta(seconds=n))
+    batch_log = BatchLog(ctx.lake)
+    assert collect(batch_log, landing, now=NOW).batch_ids == [2, 3, 4]
+
+    again = stage_job(ctx, 2)
+    assert (again["read"], again["staged"], again["rejected"]) == (0, 0, 0)
+    assert again["duplicates"] == {"TaxRate_batch1_0001.txt": "Batch1/TaxRate.txt"}
+    assert again["unknown_files"] == []
+    batch2 = stage_job(ctx, 3)
+    assert (batch2["read"], batch2["staged"], batch2["rejected"]) == (1, 1, 0)
+    assert batch2["duplicates"] == {"BatchDate_batch2_0002.txt": "Batch2/BatchDate.txt"}
+    batch3 = stage_job(ctx, 4)
+    assert (batch3["read"], batch3["staged"], batch3["duplicates"]) == (1, 1, {})
+    assert len(ctx.lake.read_arrow(src.TAX_RATE.staging)) == 2
+    dates = ctx.lake.read_arrow(src.BATCH_DATE.staging).to_pylist()
+    assert sorted((r["batch_id"], r["source_file"]) for r in dates) == [
+        (3, "Batch2/BatchDate.txt"),
+        (4, "Batch3/BatchDate.txt"),
+    ]
 
 
 OFFICIAL_BATCH1 = SHARED_SAMPLE / "Batch1"

@@ -283,6 +283,7 @@ def test_official_sample_stages_finwire_and_xml_without_rejects(staged_sample):
         "checks": {"passed": 8, "warned": 1},
         "audit_files": 1,
         "unknown_files": [],
+        "duplicates": {},
     }
     warned = [
         (r["table_name"], r["check_id"], r["unexpected_count"], json.loads(r["detail"]).get("failing_values"))
@@ -404,6 +405,7 @@ def test_bad_finwire_lines_and_actions_land_in_rejects(staged_sample):
         "checks": {"passed": 9},
         "audit_files": 0,
         "unknown_files": [],
+        "duplicates": {},
     }
     rejects = sorted((r["source"], r["source_file"], r["line_no"], r["reason"]) for r in _rows(ctx, REJECTS))
     assert rejects == [

@@ -1,0 +1,175 @@
+"""Latency of the stream service (`streamdi stream`): arrival -> visible in PostgreSQL, per micro-batch.
+
+Usage: .venv/bin/python bench/stream.py [--sf 3] [--batches 3] [--data DIR] [--home DIR] [--parts 100] [--rate 2]
+                                        [--interval 0.2]
+
+Generates the data set if DIR has none (`--batches` TPC-DI batches: Batch1 historical, the others incremental), loads
+Batch1 with `streamdi load` (not timed), then starts `streamdi stream` as a process, as a user would, and drips every
+incremental batch into its landing zone one after the other (`streamdi generate drip`'s cutting: every data file in
+`--parts` pieces, `--rate` files per second). The first micro-batch the service runs meets a cold Spark and is left
+out of the figures (reported apart). Each micro-batch's times come from `streamdi.batch_metrics` (arrival of its last
+file, staged, committed in Delta, visible in PostgreSQL) and its stages' run times from the service's status; its
+trades from `staging.trade_cdc`. Prints p50/p99 of arrival -> visible (the issue's goal: p50 <= 1 s, p99 <= 3 s),
+the median of every part, rows/s, the largest lag seen, and the ratio against ~6 s per dripped micro-batch before the
+service (a `streamdi load --drip` micro-batch, measured on official SF 3 Batch2). Writes every micro-batch's row to
+bench/out/stream.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from schemas.sources import TRADE_CDC  # noqa: E402
+from streamdi.generator import Params, generate  # noqa: E402
+from streamdi.generator.drip import DripOptions, drip  # noqa: E402
+
+BEFORE = 6.0  # seconds per dripped micro-batch before the service (issue 23)
+GOAL = {"p50": 1.0, "p99": 3.0}
+
+
+def run(cmd: list[str], env: dict) -> None:
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * q // 100) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sf", type=float, default=3.0)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--data", type=Path)
+    parser.add_argument("--home", type=Path)
+    parser.add_argument("--parts", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=2.0)
+    parser.add_argument("--interval", type=float, default=0.2)
+    args = parser.parse_args()
+
+    data = args.data or Path(tempfile.gettempdir()) / f"streamdi-bench-sf{args.sf:g}-b{args.batches}"
+    if not (data / f"Batch{args.batches}").is_dir():
+        print(f"generating SF {args.sf:g}, {args.batches} batches into {data}")
+        generate(Params(scale_factor=args.sf, batches=args.batches), data)
+    home = args.home or Path(tempfile.mkdtemp(prefix="streamdi-bench-stream-"))
+    env = {**os.environ, "STREAMDI_HOME": str(home)}
+    env.pop("DATABASE_URL", None)
+    streamdi = [sys.executable, "-m", "streamdi.cli"]
+    print(f"home {home}: loading Batch1 (not timed)")
+    run([*streamdi, "load", "--data", str(data), "--batch", "1"], env)
+
+    log_path = home / "stream.log"
+    with open(log_path, "w") as log:
+        service = subprocess.Popen(
+            [*streamdi, "stream", "--interval", str(args.interval)], cwd=REPO, env=env, stdout=log, stderr=log
+        )
+    status_path = home / "stream" / "status.json"
+    lags: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if status_path.exists():
+                with contextlib.suppress(json.JSONDecodeError, KeyError):
+                    lags.append(json.loads(status_path.read_text())["lag_seconds"])
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True).start()
+    started = time.perf_counter()
+    for batch in range(2, args.batches + 1):
+        print(f"dripping Batch{batch}: {args.parts} pieces per file, {args.rate:g} file(s)/s")
+        drip(data / f"Batch{batch}", home / "landing", DripOptions(parts=args.parts), rate=args.rate)
+    fed = time.perf_counter() - started
+    # wait until everything landed is visible
+    while True:
+        status = json.loads(status_path.read_text())
+        if status["waiting_files"] == 0 and status["state"] == "idle" and status["processing"] is None:
+            break
+        time.sleep(0.5)
+    wall = time.perf_counter() - started
+    done.set()
+    service.send_signal(signal.SIGTERM)
+    service.wait(timeout=300)
+    status = json.loads(status_path.read_text())
+    recent = {r["batch_id"]: r for r in status["recent"]}
+
+    from streamdi.lake import Lake
+    from streamdi.settings import Settings
+    from streamdi.warehouse import open_warehouse
+
+    settings = Settings(home=home)
+    metrics = open_warehouse(settings).batch_metrics()
+    per_batch_trades: dict[int, int] = {}
+    for b in Lake(settings.lake_root).read_columns(TRADE_CDC.staging, ["batch_id"])["batch_id"].to_pylist():
+        per_batch_trades[b] = per_batch_trades.get(b, 0) + 1
+    run([*streamdi, "db", "stop"], env)
+
+    rows = []
+    for m in metrics:
+        if m["batch_id"] == 1 or m["arrived_at"] is None:
+            continue
+        r = recent.get(m["batch_id"], {})
+        rows.append(
+            {
+                "batch_id": m["batch_id"],
+                "rows": m["rows"],
+                "trades": per_batch_trades.get(m["batch_id"], 0),
+                "staged": (m["staged_at"] - m["arrived_at"]).total_seconds() if m["staged_at"] else None,
+                "committed": (m["delta_committed_at"] - m["arrived_at"]).total_seconds(),
+                "visible": (m["visible_at"] - m["arrived_at"]).total_seconds(),
+                "seconds": r.get("seconds", {}),
+            }
+        )
+    first, warm = rows[0], rows[1:]
+    out = REPO / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stream.json").write_text(json.dumps(rows, indent=1, default=str))
+
+    visible = [r["visible"] for r in warm]
+    med = statistics.median
+    print(f"\nfirst micro-batch (cold Spark, left out): visible {first['visible']:.2f} s after arrival")
+    print(f"{len(warm)} warm micro-batches in {wall:.0f} s (feeding took {fed:.0f} s)")
+    print(
+        f"  size: median {med(r['rows'] for r in warm):.0f} warehouse rows, "
+        f"{med(r['trades'] for r in warm):.0f} trades (max {max(r['trades'] for r in warm)})"
+    )
+    print(
+        f"  arrival -> visible: p50 {percentile(visible, 50):.2f} s, p99 {percentile(visible, 99):.2f} s "
+        f"(goal p50 <= {GOAL['p50']:g} s, p99 <= {GOAL['p99']:g} s); ratio p50 / {BEFORE:g} s before the service: "
+        f"{percentile(visible, 50) / BEFORE:.2f}"
+    )
+    staged = [r["staged"] for r in warm if r["staged"] is not None]
+    print(
+        f"  medians after arrival: staged {med(staged):.2f} s, "
+        f"committed in Delta {med(r['committed'] for r in warm):.2f} s, visible {med(visible):.2f} s"
+    )
+    for stage in ("stage", "transform", "migrate"):
+        values = [r["seconds"][stage] for r in warm if stage in r["seconds"]]
+        if values:
+            print(f"  {stage:<9} run time: median {med(values):.2f} s, p99 {percentile(values, 99):.2f} s")
+    busy = sum(sum(r["seconds"].values()) for r in warm)
+    total_rows = sum(r["rows"] for r in warm)
+    print(
+        f"  throughput: {total_rows / wall:.0f} warehouse rows/s over the wall time, {total_rows / busy:.0f} per busy "
+        f"second; largest lag seen {max(lags, default=0):.1f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,473 @@
+"""The always-on stream service (`streamdi stream`): one warm process that watches the landing zone and runs every
+micro-batch through stage -> transform -> migrate as soon as its trigger fires.
+
+A `streamdi load` or an Airflow task is a new process: it starts (or connects to) Spark, imports Great Expectations,
+opens PostgreSQL, and its first plans meet a cold JIT. The service pays that once and keeps it: its SparkSession,
+the warehouse connection settings, the imported suites. It then loops:
+
+1. **Watch**: list the landing zone (a directory listing; a file's bytes are read only when it is collected). A file
+   is *waiting* when the batch log has not registered it; the collector's naming rules apply (`streamdi.collector`:
+   write under a temporary name, then rename).
+2. **Cut** (the trigger): once files wait, the next micro-batch is cut `interval` seconds after the first of them
+   was seen (0: at once), or as soon as `max_bytes` are waiting. Whatever waits at that moment is collected as one
+   micro-batch per TPC-DI batch, exactly as `streamdi run` would collect it.
+3. **Run**: every pending (batch, stage) in order, through the same orchestration loop as the CLI
+   (`pipeline.run_pending`); the batch log records each stage, so a crash (`kill -9`) and a restart resume exactly
+   once, and the first thing a (re)started service does is finish what the log has pending.
+
+A halted batch stops the service's work (nothing after it may run) but not the service: it reports the halt and
+waits for an operator's `streamdi batch resume|skip`, then goes on. SIGTERM or Ctrl-C finishes the micro-batch in
+flight (all of its stages) and stops; a second one abandons it at once (its finished stages are in the batch log;
+a restart does the rest).
+
+State for operators: `<home>/stream/status.json` (rewritten atomically at every change and every second), read by
+`streamdi stream status`: whether the service runs, what it does, the lag (age of the oldest waiting file), the last
+micro-batches with their latency from arrival to visible in PostgreSQL (`streamdi.batch_metrics`), rows/s and any
+halt. One service per home (`<home>/stream/service.lock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from streamdi.batchlog import BatchLog
+from streamdi.collector import is_collectable
+from streamdi.context import JobContext
+from streamdi.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "status.json"
+LOCK_FILE = "service.lock"
+HEARTBEAT = 1.0  # seconds between two status writes while nothing changes
+HALT_RECHECK = 2.0  # seconds between two looks at the batch log while a batch is halted
+RECENT = 200  # micro-batches kept in the status for latency percentiles and rows/s
+
+
+def folder(settings: Settings) -> Path:
+    return settings.home.absolute() / "stream"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """When the service cuts the next micro-batch out of the waiting files."""
+
+    interval: float = 0.5  # seconds after the first waiting file was seen (0: as soon as a file waits)
+    max_bytes: int = 0  # cut as soon as this many bytes wait, before the interval ends (0: no size trigger)
+    poll: float = 0.05  # seconds between two listings of the landing zone
+
+    def __post_init__(self) -> None:
+        if self.interval < 0 or self.max_bytes < 0 or self.poll <= 0:
+            raise ValueError(f"a trigger needs interval >= 0, max_bytes >= 0 and poll > 0, got {self}")
+
+    def fires(self, waited: float, waiting_bytes: int) -> bool:
+        return waited >= self.interval or (self.max_bytes > 0 and waiting_bytes >= self.max_bytes)
+
+
+@dataclass
+class BatchLatency:
+    """One micro-batch as the service saw it: its stages' run times and its times from `streamdi.batch_metrics`
+    (seconds after the arrival of its last file)."""
+
+    batch_id: int
+    rows: int
+    seconds: dict[str, float]  # stage -> run time in this service
+    staged: float | None = None
+    committed: float | None = None  # all of its Delta commits done (transform marked)
+    visible: float | None = None  # visible in PostgreSQL
+
+
+@dataclass
+class Status:
+    pid: int
+    started_at: str
+    state: str = "starting"  # starting | idle | waiting | processing | halted | stopping | stopped
+    updated_at: str = ""
+    trigger: dict = field(default_factory=dict)
+    landing: str = ""
+    waiting_files: int = 0
+    waiting_bytes: int = 0
+    lag_seconds: float = 0.0  # age of the oldest waiting file (0 when none waits)
+    processing: int | None = None  # the micro-batch in flight
+    last_batch: int | None = None  # the newest micro-batch visible in PostgreSQL
+    batches_done: int = 0
+    rows_done: int = 0
+    halt: str | None = None
+    error: str | None = None
+    recent: list[dict] = field(default_factory=list)  # BatchLatency rows, oldest first
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.isoformat(timespec="milliseconds")
+
+
+def _utcnow() -> dt.datetime:
+    """Wall clock for the service's bookkeeping only (status, lag); never used in transforms."""
+    return dt.datetime.now(dt.UTC)
+
+
+def waiting_files(landing: Path, registered: set[str]) -> Iterator[tuple[str, int, float]]:
+    """(relative path, size, mtime) of every collectable file under `landing` that `registered` lacks."""
+    if not landing.is_dir():
+        return
+    stack = [landing]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith((".", "_")):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                    continue
+                relative = Path(entry.path).relative_to(landing).as_posix()
+                if relative in registered or not is_collectable(entry.name):
+                    continue
+                stat = entry.stat()
+                yield relative, stat.st_size, stat.st_mtime
+
+
+class StreamService:
+    """The service's loop (`run`) over one warm `JobContext`. `stop()` (the first SIGTERM) lets the micro-batch in
+    flight finish; `idle_exit` (seconds with nothing waiting or pending) ends the loop by itself, for scripted
+    use."""
+
+    def __init__(
+        self,
+        ctx: JobContext,
+        trigger: Trigger = Trigger(),
+        *,
+        idle_exit: float | None = None,
+        on_batch: Callable[[BatchLatency], None] | None = None,
+        on_state: Callable[[Status], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.trigger = trigger
+        self.idle_exit = idle_exit
+        self.on_batch = on_batch
+        self.on_state = on_state
+        self.folder = folder(ctx.settings)
+        self._stop = threading.Event()
+        self._registered: set[str] = set()
+        self._first_seen: dict[str, float] = {}  # waiting file -> monotonic time it was first listed
+        self._recent: deque[dict] = deque(maxlen=RECENT)
+        self._seconds: dict[int, dict[str, float]] = {}  # micro-batch -> stage -> run time, until it is visible
+        self.status = Status(
+            pid=os.getpid(),
+            started_at=_iso(_utcnow()),
+            trigger=asdict(trigger),
+            landing=str(ctx.settings.landing_dir),
+        )
+
+    # -- control ---------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Finish the micro-batch in flight (all of its stages), then leave `run`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # -- status ----------------------------------------------------------------------------------------
+
+    def _set(self, **changes) -> None:
+        for name, value in changes.items():
+            setattr(self.status, name, value)
+        self._write_status()
+        if self.on_state:
+            self.on_state(self.status)
+
+    def _write_status(self) -> None:
+        self.status.updated_at = _iso(_utcnow())
+        self.status.recent = list(self._recent)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{STATUS_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(asdict(self.status), indent=1, default=str))
+        os.replace(tmp, self.folder / STATUS_FILE)
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until `stop()` (or `idle_exit`); returns the process exit code (0)."""
+        from streamdi.pipeline import run_pending
+        from streamdi.quality import warm_up
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with _service_lock(self.folder / LOCK_FILE):
+            self._set(state="starting")
+            warm_up()  # Great Expectations imports while Spark and PostgreSQL start
+            self.ctx.start_spark()
+            self.ctx.start_warehouse()
+            batch_log = BatchLog(self.ctx.lake)
+            self._registered = set(batch_log.registered_files())
+            idle_since = time.monotonic()
+            pending = True  # a (re)start first finishes whatever the batch log has pending
+            last_write = 0.0
+            halted_at = None
+            while not self.stopping:
+                waiting = self._look()
+                now = time.monotonic()
+                if halted_at is not None:
+                    if now - halted_at < HALT_RECHECK:
+                        self._stop.wait(self.trigger.poll)
+                        continue
+                    halts = batch_log.halted()
+                    if halts:
+                        halted_at = now
+                        continue
+                    halted_at, pending = None, True  # an operator resumed or skipped it
+                    self._set(halt=None)
+                fire = bool(waiting) and self.trigger.fires(
+                    now - min(self._first_seen[f] for f, _, _ in waiting), sum(size for _, size, _ in waiting)
+                )
+                if pending or fire:
+                    report = run_pending(
+                        self.ctx,
+                        on_plan=lambda plan: plan and self._set(state="processing", processing=plan[0][0]),
+                        on_step=self._step_done,
+                        stop_before_batch=lambda: self.stopping,
+                    )
+                    self._registered.update(f.file for f in report.collected.files)
+                    self._registered.update(report.collected.changed)
+                    for name in report.collected.changed:
+                        log.warning("%s changed after it was collected; ignored", name)
+                    pending = False
+                    idle_since = time.monotonic()
+                    if report.halted:
+                        halt = report.halted[0]
+                        halted_at = time.monotonic()
+                        self._set(
+                            state="halted",
+                            processing=None,
+                            halt=f"micro-batch {halt.batch_id} ({halt.stage}): {halt.reason}",
+                        )
+                        log.warning("stream halted: %s; waiting for `streamdi batch resume|skip`", self.status.halt)
+                        continue
+                    self._set(state="idle", processing=None)
+                    continue
+                if waiting:
+                    idle_since = now
+                if self.idle_exit is not None and not waiting and now - idle_since >= self.idle_exit:
+                    log.info("nothing arrived for %.1fs: the stream stops", self.idle_exit)
+                    break
+                if now - last_write >= HEARTBEAT:
+                    self._set(state="waiting" if waiting else "idle")
+                    last_write = now
+                self._stop.wait(self.trigger.poll)
+            self._set(state="stopped", processing=None, waiting_files=len(self._first_seen))
+        return 0
+
+    def _look(self) -> list[tuple[str, int, float]]:
+        """The waiting files, and the status fields that describe them."""
+        waiting = list(waiting_files(self.ctx.settings.landing_dir, self._registered))
+        now = time.monotonic()
+        names = {name for name, _, _ in waiting}
+        self._first_seen = {name: self._first_seen.get(name, now) for name in names}
+        oldest = min((mtime for _, _, mtime in waiting), default=None)
+        self.status.waiting_files = len(waiting)
+        self.status.waiting_bytes = sum(size for _, size, _ in waiting)
+        self.status.lag_seconds = round(max(0.0, time.time() - oldest), 3) if oldest is not None else 0.0
+        return waiting
+
+    def _step_done(self, step) -> None:
+        self._seconds.setdefault(step.batch_id, {})[step.stage] = round(step.seconds, 3)
+        if step.stage != "migrate" or step.detail.get("halted"):
+            return
+        for batch_id in step.detail.get("batches") or [step.batch_id]:
+            latency = self._latency(batch_id)
+            latency.seconds = self._seconds.pop(batch_id, {})
+            self._recent.append(asdict(latency))
+            self.status.batches_done += 1
+            self.status.rows_done += latency.rows
+            self.status.last_batch = batch_id
+            if self.on_batch:
+                self.on_batch(latency)
+        self._set(processing=None)
+
+    def _latency(self, batch_id: int) -> BatchLatency:
+        """The batch's `streamdi.batch_metrics` row as seconds after its arrival."""
+        from streamdi.warehouse import METRICS_TABLE
+
+        _, rows = self.ctx.warehouse.query(
+            f"""SELECT rows, extract(epoch FROM staged_at - arrived_at), extract(epoch FROM delta_committed_at -
+                arrived_at), extract(epoch FROM visible_at - arrived_at) FROM {METRICS_TABLE} WHERE batch_id = %s""",
+            (batch_id,),
+        )
+        rows_, staged, committed, visible = rows[0] if rows else (0, None, None, None)
+
+        def seconds(value) -> float | None:
+            return None if value is None else round(float(value), 3)
+
+        return BatchLatency(batch_id, int(rows_ or 0), {}, seconds(staged), seconds(committed), seconds(visible))
+
+
+@contextlib.contextmanager
+def _service_lock(path: Path) -> Iterator[None]:
+    """Hold `path`'s exclusive lock for the service's life; a second service of the same home fails clearly."""
+    handle = open(path, "a+")  # noqa: SIM115 (held for the whole service)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise ServiceRunning(
+                f"a stream service already runs for this home ({handle.read().strip() or path})"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
+class ServiceRunning(RuntimeError):
+    """Another stream service holds this home."""
+
+
+def install_signals(service: StreamService) -> None:
+    """SIGTERM / SIGINT: the first finishes the micro-batch in flight, then stops; the second abandons it at once
+    (its finished stages are in the batch log; a restart does the rest)."""
+
+    def handler(signum, _frame) -> None:
+        if service.stopping:
+            log.warning("second %s: abandoning the micro-batch in flight", signal.Signals(signum).name)
+            raise KeyboardInterrupt
+        log.warning(
+            "%s: finishing the micro-batch in flight, then stopping (again to abandon it)", signal.Signals(signum).name
+        )
+        service.stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+# -- status, for `streamdi stream status` -------------------------------------------------------------------
+
+
+def read_status(settings: Settings) -> tuple[dict | None, bool]:
+    """The service's last status and whether its process still runs (its lock is held)."""
+    path = folder(settings) / STATUS_FILE
+    if not path.exists():
+        return None, False
+    status = json.loads(path.read_text())
+    return status, _lock_held(folder(settings) / LOCK_FILE)
+
+
+def _lock_held(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100, nearest rank) of `values`, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), -(-len(ordered) * q // 100)))
+    return ordered[int(rank) - 1]
+
+
+def rows_per_second(recent: list[dict]) -> float | None:
+    """Warehouse rows made visible per second of the stages' own run time over `recent`."""
+    busy = sum(sum(r["seconds"].values()) for r in recent)
+    return round(sum(r["rows"] for r in recent) / busy, 1) if busy > 0 else None
+
+
+# -- supervision, for the Airflow DAG `streamdi_stream` ------------------------------------------------------------
+
+ACTIONS = ("ensure", "stop", "check")
+START_TIMEOUT = 180.0
+
+
+def summary(status: dict | None, running: bool) -> dict:
+    """What an operator needs from a status: state, lag, the last micro-batch, latency percentiles, rows/s, halt."""
+    if status is None:
+        return {"running": False, "state": "never started"}
+    recent = status.get("recent") or []
+    visible = [r["visible"] for r in recent if r.get("visible") is not None]
+    return {
+        "running": running,
+        "state": status["state"] if running else f"not running (last state: {status['state']})",
+        "pid": status["pid"],
+        "updated_at": status["updated_at"],
+        "waiting_files": status["waiting_files"],
+        "lag_seconds": status["lag_seconds"],
+        "last_batch": status.get("last_batch"),
+        "batches_done": status["batches_done"],
+        "visible_p50_seconds": percentile(visible, 50),
+        "visible_p99_seconds": percentile(visible, 99),
+        "rows_per_second": rows_per_second(recent),
+        "halt": status.get("halt"),
+    }
+
+
+def start_detached(settings: Settings, *args: str) -> int:
+    """Start `streamdi stream` in a session of its own (it outlives the caller, e.g. an Airflow task), its output in
+    `<home>/stream/service.log`; returns its pid."""
+    import subprocess
+    import sys
+
+    folder(settings).mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "STREAMDI_HOME": str(settings.home.absolute())}
+    with open(folder(settings) / "service.log", "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streamdi.cli", "stream", *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process.pid
+
+
+def supervise(settings: Settings, action: str = "ensure", *, timeout: float = START_TIMEOUT) -> dict:
+    """`ensure`: start the service if it does not run and wait until it serves; `stop`: ask it to finish its
+    micro-batch in flight and stop, and wait for that; `check`: only look. Returns `summary` of the status."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
+    status, running = read_status(settings)
+    deadline = time.monotonic() + timeout
+    if action == "ensure" and not running:
+        pid = start_detached(settings)
+        log.info("started the stream service (pid %s); output in %s", pid, folder(settings) / "service.log")
+        while True:
+            status, running = read_status(settings)
+            if running and status is not None and status["pid"] == pid and status["state"] != "starting":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the stream service (pid {pid}) did not start in {timeout:g} s; see its log "
+                    f"{folder(settings) / 'service.log'}"
+                )
+            time.sleep(0.5)
+    elif action == "stop" and running and status is not None:
+        os.kill(status["pid"], signal.SIGTERM)
+        while running and time.monotonic() < deadline:
+            time.sleep(0.5)
+            status, running = read_status(settings)
+        if running:
+            raise TimeoutError(f"the stream service (pid {status['pid']}) did not stop in {timeout:g} s")
+    return summary(status, running)

@@ -1,0 +1,86 @@
+"""Running the real CLI in subprocesses and snapshotting a STREAMDI_HOME (Delta warehouse and PostgreSQL), for the
+e2e tests that compare a run with a reference run (`tests/e2e/conftest.py` holds the shared reference)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from schemas.warehouse import WAREHOUSE_TABLES
+from streamdi import embedded_pg
+from streamdi.lake import Lake
+from streamdi.settings import Settings
+from streamdi.warehouse import open_warehouse
+
+STREAMDI = str(Path(sys.executable).with_name("streamdi"))
+
+
+def env_for(home: Path, fault: str | None = None, compact: str | None = None, remote: str = "off") -> dict[str, str]:
+    drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER="local[2]", STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
+    env["STREAMDI_SPARK_REMOTE"] = remote
+    if fault:
+        env["STREAMDI_FAULT_AT"] = fault
+    if compact:
+        env["STREAMDI_COMPACT_SMALL_FILES"] = compact
+    return env
+
+
+def load(
+    home: Path, data: Path, batch: int, fault: str | None = None, compact: str | None = None, remote: str = "off"
+) -> int:
+    done = subprocess.run(
+        [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
+        env=env_for(home, fault, compact, remote),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode not in (0, -9):
+        raise AssertionError(f"load failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done.returncode
+
+
+def streamdi_commits(lake_root: Path) -> int:
+    """Commits made through streamdi's lake (they carry an app transaction) in every Delta table."""
+    total = 0
+    for log_dir in lake_root.glob("*/*/_delta_log"):
+        total += sum(1 for entry in DeltaTable(str(log_dir.parent)).history() if entry.get("streamdi.app_id"))
+    return total
+
+
+def compacted_layers(lake_root: Path) -> set[str]:
+    """The layers with a table that was compacted (an OPTIMIZE commit in its history)."""
+    return {
+        log_dir.parent.parent.name
+        for log_dir in lake_root.glob("*/*/_delta_log")
+        if any(entry.get("operation") == "OPTIMIZE" for entry in DeltaTable(str(log_dir.parent)).history())
+    }
+
+
+def snapshot(home: Path) -> dict:
+    lake = Lake(home / "lake")
+    delta = {t.name: lake.read_arrow(t).to_pylist() for t in WAREHOUSE_TABLES if lake.exists(t)}
+    queries = " UNION ALL ".join(
+        f"SELECT '{t.name}', count(*), md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM dw.{t.name} x"
+        for t in WAREHOUSE_TABLES
+    )
+    settings = Settings(home=home)
+    try:
+        _, rows = open_warehouse(settings).query(queries)
+    finally:
+        embedded_pg.stop_server(settings)
+    # a UNION ALL has no row order (PostgreSQL may run it in parallel)
+    return {"delta": delta, "postgres": sorted(rows)}
+
+
+def copy_home(source: Path, target: Path) -> None:
+    """Copy a STREAMDI_HOME keeping file owners (the embedded server's data directory belongs to its own user
+    when tests run as root)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-a", str(source), str(target)], check=True)

@@ -1,0 +1,155 @@
+"""The stream service (`streamdi stream`) as a real process on a landing zone fed by the drip generator.
+
+Every test starts from the reference run's home after Batch1 (`conftest.reference`), feeds Batch2 into the service's
+landing zone while it runs, and compares the final Delta warehouse and PostgreSQL tables with the reference run that
+loaded Batch2 whole with `streamdi load`: the expected warehouse comes from that other path, never from the service.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cli_runs import STREAMDI, copy_home, env_for, snapshot
+
+from streamdi.batchlog import BatchLog
+from streamdi.delivery import root_audits
+from streamdi.generator.drip import DripOptions, drip
+from streamdi.lake import Lake
+
+pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+
+
+LOGS: dict[int, Path] = {}  # service pid -> its output
+
+
+def start_stream(home: Path, *args: str) -> subprocess.Popen:
+    path = home.parent / f"stream-{time.monotonic_ns()}.log"
+    with open(path, "w") as log:
+        process = subprocess.Popen(
+            [STREAMDI, "-v", "stream", "--interval", "0.2", *args],
+            env=env_for(home),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    LOGS[process.pid] = path
+    return process
+
+
+def wait_running(home: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until `process` holds the home (the status file is its own)."""
+    deadline = time.monotonic() + timeout
+    status = home / "stream" / "status.json"
+    while not (status.exists() and json.loads(status.read_text() or "{}").get("pid") == process.pid):
+        assert time.monotonic() < deadline, "the stream service did not start"
+        assert process.poll() is None, output(process)
+        time.sleep(0.1)
+
+
+def half_done(home: Path) -> set[int]:
+    """Micro-batches with some stages done and others not."""
+    states = BatchLog(Lake(home / "lake")).states()
+    batches = {b for b, _ in states}
+    done = {b: [states.get((b, s)) == "done" for s in ("stage", "transform", "migrate")] for b in batches}
+    return {b for b, flags in done.items() if any(flags) and not all(flags)}
+
+
+def feed(data: Path, home: Path, options: DripOptions, rate: float) -> list:
+    """Drip Batch2 into the landing zone, then deliver its audit files as `streamdi load --drip` does."""
+    landing = home / "landing"
+    deliveries = drip(data / "Batch2", landing, options, rate=rate)
+    for audit in [*sorted((data / "Batch2").glob("*_audit.csv")), *root_audits(data, 2)]:
+        target = landing / "Batch2" / audit.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(audit.read_bytes())
+    return deliveries
+
+
+def output(process: subprocess.Popen) -> str:
+    return LOGS[process.pid].read_text()
+
+
+def wait(process: subprocess.Popen, timeout: float = 600) -> int:
+    return process.wait(timeout=timeout)
+
+
+def assert_equals_reference(home: Path, expected: dict) -> None:
+    got = snapshot(home)
+    assert got["postgres"] == expected["postgres"]
+    for table, rows in expected["delta"].items():
+        assert got["delta"][table] == rows, f"{table} differs from the whole load"
+
+
+def stage_details(home: Path) -> list[dict]:
+    log = BatchLog(Lake(home / "lake"))
+    details = []
+    for batch_id in log.batch_ids():
+        for event in log._events(batch_id):
+            if event["stage"] == "stage" and event["state"] == "done" and event.get("detail"):
+                details.append(json.loads(event["detail"]) if isinstance(event["detail"], str) else event["detail"])
+    return details
+
+
+def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_path):
+    """Batch2 dripped with disorder, late pieces and duplicated pieces while the service runs: the same warehouse
+    as the whole load; every duplicate is named in the batch log and not staged; the status shows the latency."""
+    expected, _, after_batch1 = reference
+    home = tmp_path / "home"
+    copy_home(after_batch1, home)
+    service = start_stream(home, "--idle-exit", "4")
+    options = DripOptions(parts=8, disorder=0.3, late=0.2, duplicates=0.25, seed=7)
+    deliveries = feed(data, home, options, rate=25)
+    assert wait(service) == 0, output(service)
+    duplicates = {d.file for d in deliveries if d.kind == "duplicate"}
+    assert len(duplicates) >= 3 and any(d.late for d in deliveries)
+    reported = {name for detail in stage_details(home) for name in (detail.get("duplicates") or {})}
+    assert reported == duplicates
+    assert_equals_reference(home, expected)
+
+    status = subprocess.run([STREAMDI, "stream", "status"], env=env_for(home), capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert "not running (last state: stopped)" in status.stdout
+    assert "latency, arrival -> visible" in status.stdout and "waiting: 0 file(s)" in status.stdout
+
+
+def test_kill_9_and_sigterm_at_random_moments_then_restart_ends_like_the_whole_load(data, reference, tmp_path):
+    """The service is stopped three times while Batch2 drips in: SIGKILL twice at random moments (a restart resumes
+    exactly once), SIGTERM once (it finishes the micro-batch in flight: no batch is left half done, and it exits
+    0). A second service on the same home is refused while one runs."""
+    expected, _, after_batch1 = reference
+    home = tmp_path / "home"
+    copy_home(after_batch1, home)
+    rng = random.Random(11)
+    feeder = threading.Thread(target=feed, args=(data, home, DripOptions(parts=10, seed=3), 4.0))
+    service = start_stream(home)
+    feeder.start()
+    wait_running(home, service)
+    second = subprocess.run([STREAMDI, "stream"], env=env_for(home), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2 and "already runs" in second.stderr
+
+    before = set()
+    for stop in (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL):
+        time.sleep(rng.uniform(2.0, 9.0))
+        service.send_signal(stop)
+        code = wait(service, timeout=300)
+        if stop == signal.SIGTERM:  # it finished what it began (a batch a SIGKILL left half done may still be)
+            assert code == 0, output(service)
+            assert half_done(home) <= before, output(service)
+        else:
+            assert code == -signal.SIGKILL
+        before = half_done(home)
+        service = start_stream(home)
+    feeder.join()
+    wait_running(home, service)  # a SIGTERM before the service handles signals would just kill it
+    service.send_signal(signal.SIGTERM)
+    assert wait(service) == 0
+    final = start_stream(home, "--idle-exit", "2")  # anything that arrived after the last SIGTERM
+    assert wait(final) == 0, output(final)
+    assert not BatchLog(Lake(home / "lake")).pending()
+    assert_equals_reference(home, expected)
