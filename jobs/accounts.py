@@ -693,6 +693,13 @@ def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -
     if not todo:
         return {}
     matched = prospect.customers_matching_new_lines(ctx, scope)
+    if why == Triggers(False, True, False, False, False, False) and len(matched) == 0:
+        # only Prospect lines that match no customer version: no customer or account is touched, hence no version,
+        # alert or resolution (the Spark plans below would all be empty); the commits record the micro-batch
+        for table in todo:
+            empty = table.arrow_schema().empty_table()
+            ctx.lake.upsert(table, empty, app_id=scope.app_id(STEP, table), version=scope.batch_id)
+        return {table.name: 0 for table in todo}
     dates = F.broadcast(scope.dates_frame(ctx))
     actions, customer_staged, account_staged = _records(ctx, scope, why, matched)
     customer_lines = customer_staged.join(dates, "source_batch")

@@ -256,23 +256,49 @@ def customers_matching_new_lines(ctx: JobContext, scope: BatchScope) -> pa.Array
     return pc.unique(hits["customerid"].combine_chunks()).cast(pa.int64())
 
 
+def _changeable(ctx: JobContext, scope: BatchScope, lines: pa.Table) -> pa.Array:
+    """The AgencyIDs whose Prospect row this micro-batch can change when it dates no batch: those with a line it
+    staged, and those whose lines match (`match_key`) a DimCustomer row its commits inserted, updated (before and
+    after images) or deleted, whose IsCustomer may flip. Every other row's inputs (its lines, the batch dates, the
+    customers it matches) are as the micro-batch before left them, and so is the row."""
+    new = lines.filter(pc.equal(lines["batch_id"], scope.batch_id))["agencyid"]
+    parts = [new.combine_chunks()]
+    changed = scope.changed(ctx, wh.DIM_CUSTOMER, list(MATCH_PARTS))
+    if changed is not None and changed.num_rows:
+        keys = pc.unique(pc.drop_null(match_key(changed)))
+        hit = pc.fill_null(pc.is_in(match_key(lines), value_set=keys), False)
+        parts.append(lines.filter(hit)["agencyid"].combine_chunks())
+    kind = lines.schema.field("agencyid").type
+    return pc.unique(pa.concat_arrays([p.cast(kind) for p in parts]))
+
+
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the prospects whose latest line is of this micro-batch's TPC-DI batch and upsert them (app
-    transaction `T2/prospect`, committed even when empty). Called by T2 after its DimCustomer commit."""
+    transaction `T2/prospect`, committed even when empty). Called by T2 after its DimCustomer commit. A micro-batch
+    that dates no batch recomputes only the prospects it can change (`_changeable`): a drip's micro-batch without
+    Prospect lines or customer changes costs a read, not a recomputation and MERGE of the whole snapshot."""
     if scope.committed(ctx, STEP, wh.PROSPECT) or not ctx.lake.exists(LINES) or not scope.source_batches:
         return {}
     current = max(scope.source_batches)
     rows = wh.PROSPECT.arrow_schema().empty_table()
     if current in scope.batch_dates:
-        lines = scope.staged_where(ctx, LINES, _dated(scope))
-        ids = lines.filter(pc.equal(lines["source_batch"], current))["agencyid"]
-        mine = lines.filter(pc.is_in(lines["agencyid"], value_set=pc.unique(ids.combine_chunks())))
-        keys = pa.array([], pa.large_string())
-        if ctx.lake.exists(wh.DIM_CUSTOMER):
-            is_current = pc.field("iscurrent") == True  # noqa: E712 - a pyarrow expression, not a Python test
-            current_rows = ctx.lake.read_where(wh.DIM_CUSTOMER, is_current, ["iscurrent", "status", *MATCH_PARTS])
-            keys = customer_keys(current_rows)
-        rows = prospect_rows(mine, scope.batch_dates, keys, current)
+        # every prospect of the batch when the micro-batch dates one, else only those it can change (a narrow read
+        # finds them; the lines of those few are then read whole)
+        narrow = None if scope.newly_dated else ["agencyid", "source_batch", "batch_id", *MATCH_PARTS]
+        lines = scope.staged_where(ctx, LINES, _dated(scope), narrow)
+        ids = pc.unique(lines.filter(pc.equal(lines["source_batch"], current))["agencyid"].combine_chunks())
+        if narrow is not None:
+            ids = pc.filter(ids, pc.is_in(ids, value_set=_changeable(ctx, scope, lines)))
+            if len(ids):
+                lines = scope.staged_where(ctx, LINES, _dated(scope) & pc.field("agencyid").isin(ids))
+        if len(ids):
+            mine = lines.filter(pc.is_in(lines["agencyid"], value_set=ids))
+            keys = pa.array([], pa.large_string())
+            if ctx.lake.exists(wh.DIM_CUSTOMER):
+                is_current = pc.field("iscurrent") == True  # noqa: E712 - a pyarrow expression, not a Python test
+                current_rows = ctx.lake.read_where(wh.DIM_CUSTOMER, is_current, ["iscurrent", "status", *MATCH_PARTS])
+                keys = customer_keys(current_rows)
+            rows = prospect_rows(mine, scope.batch_dates, keys, current)
     ctx.lake.upsert(wh.PROSPECT, rows, app_id=scope.app_id(STEP, wh.PROSPECT), version=scope.batch_id)
     log.info("T2 micro-batch %s: prospect: %s upserted", scope.batch_id, rows.num_rows)
     return {wh.PROSPECT.name: rows.num_rows}

@@ -38,11 +38,12 @@ from typing import TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import audit_figures, customer_mgmt, delimited, finwire
+from jobs import audit_figures, customer_mgmt, delimited, finwire, ordering
 from schemas import finwire as fw
 from schemas.model import SourceFile, Table
+from schemas.ordering import contract_for
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
-from schemas.sources import AUDIT_PATTERN, CUSTOMER_MGMT_PATTERN, sources_for_batch
+from schemas.sources import ALL_SOURCES, AUDIT_PATTERN, CUSTOMER_MGMT_PATTERN, sources_for_batch
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
@@ -166,6 +167,7 @@ def run(
     *,
     attempt: int = 0,
     earlier: dict[tuple[int, str], str] | None = None,
+    registered_before: list[str] | None = None,
 ) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
@@ -185,6 +187,12 @@ def run(
     delivery (a producer's retry, a piece sent twice): it is not staged, and `StageReport.duplicates` names it with
     the file it repeats. Audit files are always staged (their figures are keyed by their path). Files of different
     TPC-DI batches never count as duplicates (Prospect.csv is a full snapshot in every batch, and may repeat).
+
+    Each delimited source's rows are checked against its ordering contract (`schemas.ordering`, `jobs.ordering`)
+    before its suite: a totally ordered source's keys must increase across its parts (`registered_before`: the
+    files of earlier micro-batches, whose staged keys the check reads for the parts' groups), a violation halts the
+    batch; a part whose predecessor is not registered in this or an earlier micro-batch follows
+    `missing_part_policy`.
     """
     report = StageReport(batch_id)
     seen = dict(earlier or {})
@@ -225,9 +233,23 @@ def run(
     quarantined: list[pa.Table] = []
     results: list[pa.Table] = []
     parsed = _overlapped(parses)  # the first parses start now, while the validator waits for GX's import
+    before = registered_before or []
+    missing = ordering.missing_predecessors([bf.file for bf in files], [*before, *(bf.file for bf in files)])
     validator = quality.validator()
     for tables, rejected, counts in parsed:
         for table, rows in tables:
+            source = _DELIMITED_BY_TABLE.get(table.name)
+            if source is not None:
+                contract = _check_contract(ctx, table, rows, source, missing, before, resumed=attempt > 0)
+                report.checks.extend(contract.outcomes)
+                report.halts.extend(
+                    f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
+                )
+                if contract.outcomes:
+                    results.append(contract.result_rows(batch_id, attempt))
+                if contract.halts:  # held back, like a suite's halt: the operator's resume re-stages them
+                    _count_removed(counts, rows, rows.slice(0, 0), held=True)
+                    continue
             suite = validator.suite_for(table)
             if suite is not None:
                 checked = validator.validate(suite, rows, batch_id, resumed=attempt > 0)
@@ -250,6 +272,33 @@ def run(
     arrival = {bf.file: i for i, bf in enumerate(files)}
     report.files.sort(key=lambda f: arrival[f.file])
     return report
+
+
+_DELIMITED_BY_TABLE = {s.staging.name: s for s in ALL_SOURCES}
+
+
+def _check_contract(
+    ctx: JobContext,
+    table: Table,
+    rows: pa.Table,
+    source: SourceFile,
+    missing: dict[str, str],
+    before: list[str],
+    *,
+    resumed: bool,
+) -> quality.Validated:
+    """The ordering contract's checks on a staging table's rows (`jobs.ordering.check_staged`), with the keys of the
+    same parts' groups staged by earlier micro-batches."""
+    contract = contract_for(source.name)
+    earlier = None
+    if contract.kind == "total" and rows.num_rows:
+        neighbours = ordering.group_files(before, pc.unique(rows["source_file"]).to_pylist())
+        if neighbours and ctx.lake.exists(table):
+            staged = ctx.lake.read_columns(table, ["source_file", "line_no", contract.key])
+            earlier = staged.filter(pc.is_in(staged["source_file"], pa.array(neighbours)))
+    return ordering.check_staged(
+        table, rows, contract, earlier, missing, missing_policy=ctx.settings.missing_part_policy, resumed=resumed
+    )
 
 
 def _count_removed(counts: list[FileReport], rows: pa.Table, kept: pa.Table, *, held: bool) -> None:

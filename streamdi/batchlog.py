@@ -276,9 +276,19 @@ class BatchLog:
         todo = self.pending()
         return todo[0] if todo else None
 
+    def done_times(self) -> dict[tuple[int, str], dt.datetime]:
+        """When each (batch, stage) was last marked done."""
+        done: dict[tuple[int, str], dt.datetime] = {}
+        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():
+            if r["state"] == DONE:
+                done[(r["batch_id"], r["stage"])] = r["at"]
+        return done
+
     def summary(self) -> list[dict]:
-        """One row per batch: files, and each stage's state (for `streamdi batches`)."""
+        """One row per batch: files, each stage's state, and when each stage was marked done (`<stage>_at`, None
+        when it is not done) (for `streamdi batches` and the batch-log page)."""
         states = self.states()
+        done = self.done_times()
         data = self.lake.read_arrow(BATCH_FILES).to_pylist()
         by_batch: dict[int, list[dict]] = {}
         for r in data:
@@ -290,6 +300,7 @@ class BatchLog:
                 "source_batches": sorted({r["source_batch"] for r in rows}),
                 "arrived_at": max(r["arrived_at"] for r in rows),
                 **{stage: states.get((b, stage), "pending") for stage in STAGES},
+                **{f"{stage}_at": done.get((b, stage)) if states.get((b, stage)) == DONE else None for stage in STAGES},
             }
             for b, rows in sorted(by_batch.items())
         ]

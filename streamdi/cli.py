@@ -446,20 +446,23 @@ def _summary(ctx, timings: dict[str, float]) -> None:
 
 @app.command()
 def batches() -> None:
-    """Show the batch log: every micro-batch, its files and the state of each stage."""
+    """Show the batch log: every micro-batch, its files, the state of each stage, and the seconds from its arrival
+    (its last file) until the migrate stage was marked done (visible in PostgreSQL)."""
     from streamdi.batchlog import STAGES, BatchLog
     from streamdi.lake import Lake
 
     settings = load_settings()
     rows = BatchLog(Lake(settings.lake_root)).summary()
-    table = RichTable("batch", "files", "TPC-DI batch", "arrived", *STAGES, title="batch log")
+    table = RichTable("batch", "files", "TPC-DI batch", "arrived", *STAGES, "visible after (s)", title="batch log")
     for r in rows:
+        visible = r.get("migrate_at")
         table.add_row(
             str(r["batch_id"]),
             str(r["files"]),
             ",".join(map(str, r["source_batches"])),
             r["arrived_at"].strftime("%Y-%m-%d %H:%M:%S"),
             *(r[s] for s in STAGES),
+            f"{(visible - r['arrived_at']).total_seconds():.2f}" if visible is not None else "",
         )
     console.print(table if rows else "the batch log is empty")
 

@@ -1,7 +1,8 @@
 """The collector: turns what arrived in the landing zone into the next micro-batch of the batch log.
 
 Every file under the landing directory (recursively) is registered exactly once. New files found in one
-pass form one micro-batch, ordered by arrival (modification time, ties broken by path). Writers should
+pass form one micro-batch (`merged`: whole files in arrival order -- modification time, ties broken by path --
+then the parts of split files in their declared order, whatever the interleaving of their arrivals). Writers should
 deliver a file under a temporary name and rename it when complete: names starting with `.` or `_`, or ending
 in `.tmp`, `.part` or `~`, are not collected. A registered file whose content later changes is reported and
 not collected again (deliver corrections under a new name). A registered file whose size and modification
@@ -21,9 +22,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import os
 import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from streamdi.batchlog import BatchFile, BatchLog, LandedFile
 
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 
 _SOURCE_BATCH = re.compile(r"(?i)batch[_-]?(\d+)")
 _SKIP_SUFFIXES = (".tmp", ".part", "~")
+HASH_THREADS = 4  # landing files read at once by a collect
+_PART = re.compile(r"(?i)^(?P<stem>.+?)_batch(?P<batch>\d+)_(?P<number>\d+)(?:_[^.]*)?(?:\.[^.]*)?$")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,52 @@ class CollectResult:
     files: list[LandedFile] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     batch_ids: list[int] = field(default_factory=list)  # every micro-batch registered by this pass
+
+
+@dataclass(frozen=True, order=True)
+class Part:
+    """A landing file that is one part of a source file: its landing directory (the channel), the source's stem,
+    its TPC-DI batch and its number (0, 1, ...)."""
+
+    channel: str
+    stem: str
+    source_batch: int
+    number: int
+
+    @property
+    def group(self) -> tuple[str, str, int]:
+        return self.channel, self.stem, self.source_batch
+
+    def predecessor(self) -> Part | None:
+        return Part(self.channel, self.stem, self.source_batch, self.number - 1) if self.number > 0 else None
+
+    def describe(self) -> str:
+        where = f"{self.channel}/" if self.channel else ""
+        return f"{where}{self.stem}_batch{self.source_batch}_{self.number:04d}"
+
+
+def part_of(relative: str) -> Part | None:
+    """The part a landing path names (`Trade_batch2_0003.txt`, `crm/Customer_batch2_0001_dup.txt`), None for a
+    whole file (`Batch2/Trade.txt`)."""
+    path = PurePosixPath(relative)
+    match = _PART.match(path.name)
+    if match is None:
+        return None
+    channel = "" if str(path.parent) == "." else str(path.parent)
+    return Part(channel, match["stem"].lower(), int(match["batch"]), int(match["number"]))
+
+
+def missing_predecessors(files: Iterable[str], known: Iterable[str]) -> dict[str, str]:
+    """For each of `files` that is a part whose predecessor is not among `known` (every registered file, `files`
+    included): the file -> the predecessor part it needs."""
+    present = {p for p in map(part_of, known) if p is not None}
+    missing = {}
+    for file in files:
+        part = part_of(file)
+        before = part.predecessor() if part is not None else None
+        if before is not None and before not in present:
+            missing[file] = before.describe()
+    return missing
 
 
 def source_batch_of(relative: str) -> int | None:
@@ -74,21 +126,28 @@ def scan_landing(landing: Path, known: dict[str, BatchFile] | None = None) -> li
     if not landing.is_dir():
         raise FileNotFoundError(f"landing directory {landing} does not exist")
     known = known or {}
-    found: list[tuple[LandedFile, bool]] = []
+    listed: list[tuple[Path, str, os.stat_result, BatchFile | None, bool]] = []
     for path in landing.rglob("*"):
         if not _is_candidate(path) or any(p.startswith((".", "_")) for p in path.relative_to(landing).parts[:-1]):
             continue
         stat = path.stat()
         relative = path.relative_to(landing).as_posix()
-        arrived_at = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC)
         seen = known.get(relative)
+        arrived_at = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC)
         unchanged = seen is not None and seen.size_bytes == stat.st_size and seen.arrived_at == arrived_at
+        listed.append((path, relative, stat, seen, unchanged))
+    # the new and changed files are read in parallel (the channels' files are independent; hashing is I/O bound)
+    to_read = [path for path, _, _, _, unchanged in listed if not unchanged]
+    with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:
+        digests = dict(zip(to_read, pool.map(_sha256, to_read), strict=True))
+    found: list[tuple[LandedFile, bool]] = []
+    for path, relative, stat, seen, unchanged in listed:
         mark = source_batch_of(relative)
         landed = LandedFile(
             file=relative,
             size_bytes=stat.st_size,
-            sha256=seen.sha256 if unchanged else _sha256(path),
-            arrived_at=arrived_at,
+            sha256=seen.sha256 if unchanged else digests[path],
+            arrived_at=dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC),
             source_batch=mark or 0,
         )
         found.append((landed, mark is None and seen is None))
@@ -108,15 +167,45 @@ def scan_landing(landing: Path, known: dict[str, BatchFile] | None = None) -> li
     return result
 
 
-def collect(batch_log: BatchLog, landing: Path, *, now: dt.datetime) -> CollectResult:
+def channel_order(landing: Path) -> dict[str, int]:
+    """The fixed order of the landing zone's channels: the root (''), then its sub-directories by name (one per
+    source system or producer; `BatchN` folders count as channels too). Ties of the merge are broken by it."""
+    names = [""] + sorted(p.name for p in landing.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    return {name: i for i, name in enumerate(names)}
+
+
+def merged(files: list[LandedFile], channels: dict[str, int]) -> list[LandedFile]:
+    """The order of one micro-batch's files (their `file_seq`): whole files first, in arrival order (a correction
+    delivered later wins, `jobs.reference`); then the parts, merged by their declared order key (TPC-DI batch, part
+    number), ties broken by the channel order, then the name. So parts collected together get the same order
+    whatever the interleaving of their arrivals across channels."""
+    whole = [f for f in files if part_of(f.file) is None]
+    parts = [(part_of(f.file), f) for f in files if part_of(f.file) is not None]
+    parts.sort(key=lambda pf: (pf[0].source_batch, pf[0].number, channels.get(pf[0].channel.split("/")[0], 0),
+                               pf[1].file))  # fmt: skip
+    return whole + [f for _, f in parts]
+
+
+def collect(
+    batch_log: BatchLog,
+    landing: Path,
+    *,
+    now: dt.datetime,
+    hold: Callable[[list[str], set[str]], set[str]] | None = None,
+) -> CollectResult:
     """Register every new landing file exactly once (even under concurrent callers): one new micro-batch per
-    TPC-DI batch among the new files, oldest TPC-DI batch first."""
+    TPC-DI batch among the new files, oldest TPC-DI batch first. `hold(new, registered)` names new files to leave
+    for a later pass (the stream service holds back a part whose predecessor has not arrived)."""
     with batch_log.lake.lock("collector"):
         known = batch_log.registered_files()
         new, changed = [], []
-        for landed in scan_landing(landing, known):
+        landed_files = scan_landing(landing, known)
+        held = hold([f.file for f in landed_files if f.file not in known], set(known)) if hold else set()
+        for landed in landed_files:
             seen = known.get(landed.file)
             if seen is None:
+                if landed.file in held:
+                    continue
                 new.append(landed)
             elif seen.sha256 != landed.sha256:
                 changed.append(landed.file)
@@ -129,5 +218,6 @@ def collect(batch_log: BatchLog, landing: Path, *, now: dt.datetime) -> CollectR
             )
         batch_ids = []
         for source_batch in sorted({f.source_batch for f in new}):
-            batch_ids.append(batch_log.register([f for f in new if f.source_batch == source_batch], now=now))
+            files = merged([f for f in new if f.source_batch == source_batch], channel_order(landing))
+            batch_ids.append(batch_log.register(files, now=now))
     return CollectResult(batch_id=batch_ids[-1] if batch_ids else None, files=new, changed=changed, batch_ids=batch_ids)

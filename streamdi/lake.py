@@ -372,7 +372,11 @@ class Lake:
                 custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
             )
             fault_point("lake.before_commit")
-            if mode == "merge" and not delta.get_add_actions().num_rows:
+            if mode == "merge" and data.num_rows == 0 and (doomed is None or doomed.num_rows == 0):
+                # nothing to upsert or delete: only the app transaction is recorded (an empty commit), without the
+                # MERGE's planning and scan (most tables of a small micro-batch)
+                write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
+            elif mode == "merge" and not delta.get_add_actions().num_rows:
                 # nothing to match or delete in an empty table: the MERGE would insert every row, which an
                 # append does at a fraction of the cost (the first load of every table)
                 write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)

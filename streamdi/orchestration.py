@@ -541,8 +541,15 @@ def _cell(state: str) -> str:
     return f'<td style="background:{colour}">{html.escape(state)}</td>'
 
 
+def _after(row: dict, stage: str) -> str:
+    """Seconds from the micro-batch's arrival (its last file) to `stage` marked done, or '' when not done."""
+    at = row.get(f"{stage}_at")
+    return f"{(at - row['arrived_at']).total_seconds():.2f}" if at is not None else ""
+
+
 def render_batch_report(rows: Iterable[dict], generated_at: dt.datetime) -> str:
-    """A static HTML page: one row per micro-batch, one column per stage with its state."""
+    """A static HTML page: one row per micro-batch, one column per stage with its state, and its latency: seconds
+    from arrival to staged, to committed in Delta (transform done) and to visible in PostgreSQL (migrate done)."""
     rows = list(rows)
     body = "\n".join(
         "<tr>"
@@ -550,6 +557,7 @@ def render_batch_report(rows: Iterable[dict], generated_at: dt.datetime) -> str:
         f"<td>{html.escape(', '.join(map(str, r['source_batches'])))}</td>"
         f"<td>{html.escape(r['arrived_at'].strftime('%Y-%m-%d %H:%M:%S'))}</td>"
         + "".join(_cell(r[s]) for s in STAGES)
+        + "".join(f'<td class="latency">{_after(r, s)}</td>' for s in STAGES)
         + "</tr>"
         for r in rows
     )
@@ -563,7 +571,8 @@ td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}</style></head>
 <h1>streamdi batch report</h1>
 <p id="summary">{len(rows)} micro-batch(es), {done} done in every stage. Generated {generated_at:%Y-%m-%d %H:%M:%S %Z}.
 Checks, failures and quarantined rows per batch and table: <a href="quality/index.html">data-quality report</a>.</p>
-<table id="batches"><thead><tr><th>batch</th><th>files</th><th>TPC-DI batch</th><th>arrived</th>{header}</tr></thead>
+<table id="batches"><thead><tr><th>batch</th><th>files</th><th>TPC-DI batch</th><th>arrived</th>{header}
+<th>staged after (s)</th><th>committed after (s)</th><th>visible after (s)</th></tr></thead>
 <tbody>
 {body}
 </tbody></table>

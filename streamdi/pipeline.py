@@ -30,10 +30,10 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def collect_job(ctx: JobContext) -> CollectResult:
-    """Register new landing files as the next micro-batch."""
+def collect_job(ctx: JobContext, hold: Callable[[list[str], set[str]], set[str]] | None = None) -> CollectResult:
+    """Register new landing files as the next micro-batch (`hold`: see `streamdi.collector.collect`)."""
     ctx.settings.landing_dir.mkdir(parents=True, exist_ok=True)
-    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=_now())
+    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=_now(), hold=hold)
 
 
 def stage_job(ctx: JobContext, batch_id: int) -> dict:
@@ -47,7 +47,12 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
         if f.batch_id < batch_id:
             earlier.setdefault((f.source_batch, f.sha256), f.file)
     report = stage.run(
-        ctx, batch_id, batch_log.files(batch_id), attempt=batch_log.resumes(batch_id, "stage"), earlier=earlier
+        ctx,
+        batch_id,
+        batch_log.files(batch_id),
+        attempt=batch_log.resumes(batch_id, "stage"),
+        earlier=earlier,
+        registered_before=[f.file for f in registered if f.batch_id < batch_id],
     )
     detail = {
         "read": report.read,
@@ -183,6 +188,7 @@ def run_pending(
     on_step: Callable[[StepResult], None] | None = None,
     upto: str = "migrate",
     stop_before_batch: Callable[[], bool] | None = None,
+    hold: Callable[[list[str], set[str]], set[str]] | None = None,
 ) -> RunReport:
     """Collect new files, then run every pending (batch, stage) in order until all are done.
 
@@ -190,10 +196,11 @@ def run_pending(
     alone); the stages left out stay pending in the batch log. A halted stage stops the run: nothing after it
     runs (`RunReport.halted` says which) until an operator resumes it or skips its batch. `stop_before_batch`
     (the stream service's stop request) is asked before each batch's first pending stage: when it says so, the run
-    ends there, with the batch in flight finished and the later ones left pending.
+    ends there, with the batch in flight finished and the later ones left pending. `hold` is the collector's
+    (`streamdi.collector.collect`).
     """
     last = STAGES.index(upto)
-    collected = collect_job(ctx)
+    collected = collect_job(ctx, hold)
     if on_collect:
         on_collect(collected)
     batch_log = BatchLog(ctx.lake)

@@ -83,6 +83,18 @@ class Settings(BaseSettings):
         default=None, description="Password for the read-only reporting role (none: trust/peer auth only)."
     )
     loader_password: str | None = Field(default=None, description="Password for the loader role.")
+    missing_part_policy: str = Field(
+        default="warn",
+        pattern=r"^(warn|halt)$",
+        description="A part staged before its predecessor arrived (schemas/ordering.py): 'warn' goes on and says so "
+        "(quality.results, DImessages), 'halt' stops its micro-batch until an operator resumes it.",
+    )
+    missing_part_grace: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds the stream service holds back a part whose predecessor has not arrived, before it "
+        "cuts it into a micro-batch anyway (then missing_part_policy applies).",
+    )
     compact_small_files: int = Field(
         default=16,
         ge=0,
@@ -125,6 +137,8 @@ class Settings(BaseSettings):
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
             "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
+            "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
+            "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",
             "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",
             "STREAMDI_READER_PASSWORD": secret if self.reader_password else "(unset)",
         }

@@ -7,7 +7,9 @@ the warehouse connection settings, the imported suites. It then loops:
 
 1. **Watch**: list the landing zone (a directory listing; a file's bytes are read only when it is collected). A file
    is *waiting* when the batch log has not registered it; the collector's naming rules apply (`streamdi.collector`:
-   write under a temporary name, then rename).
+   write under a temporary name, then rename). A part whose predecessor has not arrived (`schemas.ordering`) is
+   *held* until it does, or until it has waited `missing_part_grace` seconds (it is then cut without it, and its
+   stage applies `missing_part_policy`), so out-of-order deliveries are put back in order before they run.
 2. **Cut** (the trigger): once files wait, the next micro-batch is cut `interval` seconds after the first of them
    was seen (0: at once), or as soon as `max_bytes` are waiting. Whatever waits at that moment is collected as one
    micro-batch per TPC-DI batch, exactly as `streamdi run` would collect it.
@@ -43,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from streamdi.batchlog import BatchLog
-from streamdi.collector import is_collectable
+from streamdi.collector import is_collectable, missing_predecessors, part_of
 from streamdi.context import JobContext
 from streamdi.settings import Settings
 
@@ -100,6 +102,7 @@ class Status:
     waiting_files: int = 0
     waiting_bytes: int = 0
     lag_seconds: float = 0.0  # age of the oldest waiting file (0 when none waits)
+    held_files: list[str] = field(default_factory=list)  # parts held back until their predecessor arrives
     processing: int | None = None  # the micro-batch in flight
     last_batch: int | None = None  # the newest micro-batch visible in PostgreSQL
     batches_done: int = 0
@@ -116,6 +119,28 @@ def _iso(moment: dt.datetime) -> str:
 def _utcnow() -> dt.datetime:
     """Wall clock for the service's bookkeeping only (status, lag); never used in transforms."""
     return dt.datetime.now(dt.UTC)
+
+
+def held_parts(
+    new: list[str], registered: set[str], first_seen: dict[str, float], now: float, grace: float
+) -> set[str]:
+    """The parts among `new` to hold back for now: a part whose predecessor (`streamdi.collector.Part`) is neither
+    registered nor among `new`, or is held itself, until it has waited `grace` seconds (`first_seen`: when the
+    service first listed it; a file never listed has just arrived). Whole files are never held."""
+    present = {p for p in map(part_of, registered) if p is not None}
+    arrived: dict = {}
+    for file in new:
+        part = part_of(file)
+        if part is not None:
+            arrived.setdefault(part, []).append(file)
+    held: set[str] = set()
+    for part in sorted(arrived):  # a predecessor is decided before its successors
+        before = part.predecessor()
+        gap = before is not None and before not in present and (before not in arrived or arrived[before][0] in held)
+        for file in arrived[part]:
+            if gap and now - first_seen.get(file, now) < grace:
+                held.add(file)
+    return held
 
 
 def waiting_files(landing: Path, registered: set[str]) -> Iterator[tuple[str, int, float]]:
@@ -163,6 +188,8 @@ class StreamService:
         self._registered: set[str] = set()
         self._first_seen: dict[str, float] = {}  # waiting file -> monotonic time it was first listed
         self._recent: deque[dict] = deque(maxlen=RECENT)
+        self._held: set[str] = set()  # waiting parts held back for their predecessor
+        self.grace = ctx.settings.missing_part_grace
         self._seconds: dict[int, dict[str, float]] = {}  # micro-batch -> stage -> run time, until it is visible
         self.status = Status(
             pid=os.getpid(),
@@ -230,8 +257,9 @@ class StreamService:
                         continue
                     halted_at, pending = None, True  # an operator resumed or skipped it
                     self._set(halt=None)
-                fire = bool(waiting) and self.trigger.fires(
-                    now - min(self._first_seen[f] for f, _, _ in waiting), sum(size for _, size, _ in waiting)
+                ready = [w for w in waiting if w[0] not in self._held]
+                fire = bool(ready) and self.trigger.fires(
+                    now - min(self._first_seen[f] for f, _, _ in ready), sum(size for _, size, _ in ready)
                 )
                 if pending or fire:
                     report = run_pending(
@@ -239,6 +267,7 @@ class StreamService:
                         on_plan=lambda plan: plan and self._set(state="processing", processing=plan[0][0]),
                         on_step=self._step_done,
                         stop_before_batch=lambda: self.stopping,
+                        hold=self._hold,
                     )
                     self._registered.update(f.file for f in report.collected.files)
                     self._registered.update(report.collected.changed)
@@ -280,7 +309,18 @@ class StreamService:
         self.status.waiting_files = len(waiting)
         self.status.waiting_bytes = sum(size for _, size, _ in waiting)
         self.status.lag_seconds = round(max(0.0, time.time() - oldest), 3) if oldest is not None else 0.0
+        self._held = held_parts(sorted(names), self._registered, self._first_seen, now, self.grace)
+        self.status.held_files = sorted(self._held)
         return waiting
+
+    def _hold(self, new: list[str], registered: set[str]) -> set[str]:
+        """The collector's `hold`: parts still waiting for their predecessor (see `held_parts`); a part released
+        because its grace is over is logged (its stage then records the `predecessor_present` check)."""
+        held = held_parts(new, registered, self._first_seen, time.monotonic(), self.grace)
+        for name, before in sorted(missing_predecessors(new, [*registered, *new]).items()):
+            if name not in held:
+                log.warning("%s: its predecessor %s has not arrived in %gs; cut without it", name, before, self.grace)
+        return held
 
     def _step_done(self, step) -> None:
         self._seconds.setdefault(step.batch_id, {})[step.stage] = round(step.seconds, 3)

@@ -291,12 +291,15 @@ def test_first_runs_from_the_ui_trigger_forms(airflow, tmp_path):
         rows = browser.eval(
             "[...document.querySelectorAll('table#batches tbody tr')].map(r => [...r.cells].map(c => c.innerText))"
         )
-        # batch, files, TPC-DI batch, arrived, then stage / transform / migrate
-        assert [(r[0], r[2], *r[4:]) for r in rows] == [
+        # batch, files, TPC-DI batch, arrived, then stage / transform / migrate, then seconds after arrival to each
+        assert [(r[0], r[2], *r[4:7]) for r in rows] == [
             ("1", "1", "done", "done", "done"),
             ("2", "1", "done", "done", "done"),
             ("3", "2", "done", "done", "done"),
         ]
+        for r in rows:
+            staged, committed, visible = map(float, r[7:10])
+            assert staged <= committed <= visible, r
         browser.screenshot(ARTIFACTS / "airflow_batch_log.png")
 
         # The pages are served to logged-in users only: the browser above (session cookie) and a token; anyone else

@@ -20,7 +20,7 @@ from cli_runs import STREAMDI, copy_home, env_for, snapshot
 
 from streamdi.batchlog import BatchLog
 from streamdi.delivery import root_audits
-from streamdi.generator.drip import DripOptions, drip
+from streamdi.generator.drip import DripOptions, drip, plan
 from streamdi.lake import Lake
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -29,12 +29,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 LOGS: dict[int, Path] = {}  # service pid -> its output
 
 
-def start_stream(home: Path, *args: str) -> subprocess.Popen:
+def start_stream(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     path = home.parent / f"stream-{time.monotonic_ns()}.log"
     with open(path, "w") as log:
         process = subprocess.Popen(
             [STREAMDI, "-v", "stream", "--interval", "0.2", *args],
-            env=env_for(home),
+            env={**env_for(home), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -62,13 +62,16 @@ def half_done(home: Path) -> set[int]:
 
 def feed(data: Path, home: Path, options: DripOptions, rate: float) -> list:
     """Drip Batch2 into the landing zone, then deliver its audit files as `streamdi load --drip` does."""
-    landing = home / "landing"
-    deliveries = drip(data / "Batch2", landing, options, rate=rate)
+    deliveries = drip(data / "Batch2", home / "landing", options, rate=rate)
+    feed_audits(data, home)
+    return deliveries
+
+
+def feed_audits(data: Path, home: Path) -> None:
     for audit in [*sorted((data / "Batch2").glob("*_audit.csv")), *root_audits(data, 2)]:
-        target = landing / "Batch2" / audit.name
+        target = home / "landing" / "Batch2" / audit.name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(audit.read_bytes())
-    return deliveries
 
 
 def output(process: subprocess.Popen) -> str:
@@ -153,3 +156,41 @@ def test_kill_9_and_sigterm_at_random_moments_then_restart_ends_like_the_whole_l
     assert wait(final) == 0, output(final)
     assert not BatchLog(Lake(home / "lake")).pending()
     assert_equals_reference(home, expected)
+
+
+def test_a_missing_part_is_held_then_cut_past_its_grace_and_said_in_dimessages(data, reference, tmp_path):
+    """Account_batch2_0001.txt is withheld while the rest of Batch2 (4 parts per file) streams in: its successors are
+    held back for the grace (1 s), then cut without it; the stage records the failed `predecessor_present` check
+    (policy warn), which DImessages reports. The missing part then arrives and is processed: the warehouse equals
+    the whole load's except for that one DImessages row."""
+    expected, _, after_batch1 = reference
+    home = tmp_path / "home"
+    copy_home(after_batch1, home)
+    env = {"STREAMDI_MISSING_PART_GRACE": "1"}
+    deliveries, contents = plan(data / "Batch2", DripOptions(parts=4, seed=3))
+    missing = "Account_batch2_0001.txt"
+    assert missing in contents and "Account_batch2_0002.txt" in contents
+    landing = home / "landing"
+    landing.mkdir(parents=True, exist_ok=True)
+    service = start_stream(home, "--idle-exit", "3", env=env)
+    for d in deliveries:
+        if d.file != missing:
+            (landing / d.file).write_bytes(contents[d.file])
+    assert wait(service) == 0, output(service)
+    assert "Account_batch2_0002.txt: its predecessor account_batch2_0001 has not arrived in 1s" in output(service)
+    registered = BatchLog(Lake(home / "lake")).registered_files()
+    assert missing not in registered and "Account_batch2_0003.txt" in registered
+
+    (landing / missing).write_bytes(contents[missing])
+    feed_audits(data, home)
+    final = start_stream(home, "--idle-exit", "3", env=env)
+    assert wait(final) == 0, output(final)
+    got = snapshot(home)
+    extra = [r for r in got["delta"]["dimessages"] if r not in expected["delta"]["dimessages"]]
+    assert [(r["messagesource"], r["messagetype"], r["messagetext"]) for r in extra] == [
+        ("staging.account", "Quality", "Quality check failed: predecessor_present")
+    ]
+    for table, rows in expected["delta"].items():
+        if table != "dimessages":
+            assert got["delta"][table] == rows, f"{table} differs from the whole load"
+    assert [r for r in got["delta"]["dimessages"] if r not in extra] == expected["delta"]["dimessages"]

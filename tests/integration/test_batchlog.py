@@ -128,6 +128,9 @@ def test_stages_run_in_order_and_a_repeated_mark_is_a_no_op(batch_log):
             "stage": "done",
             "transform": "done",
             "migrate": "halted",
+            "stage_at": NOW,  # when each stage was marked done (the batch-log page's latency columns)
+            "transform_at": NOW,
+            "migrate_at": None,
         },
         {
             "batch_id": 2,
@@ -137,6 +140,9 @@ def test_stages_run_in_order_and_a_repeated_mark_is_a_no_op(batch_log):
             "stage": "pending",
             "transform": "pending",
             "migrate": "pending",
+            "stage_at": None,
+            "transform_at": None,
+            "migrate_at": None,
         },
     ]
 
@@ -410,6 +416,9 @@ def test_skipping_drops_the_rest_of_a_batch_and_lets_later_batches_run(batch_log
         "stage": "skipped",
         "transform": "skipped",
         "migrate": "skipped",
+        "stage_at": None,
+        "transform_at": None,
+        "migrate_at": None,
     }
     assert batch_log.skip(1, "again", now=LATER) == []  # already skipped: nothing new
 

@@ -263,8 +263,8 @@ def test_quality_record_lands_with_its_batches_in_one_transaction(target, tmp_pa
     ]
     # batch_metrics.rows counts warehouse rows only: 4 trade types + 3 trades, then 1 trade.
     assert metrics_rows(target) == [
-        (1, T0, T0 + dt.timedelta(seconds=1), 7, 2, "pull"),
-        (2, T1, T1 + dt.timedelta(seconds=1), 1, 2, "pull"),
+        (1, T0, None, T0 + dt.timedelta(seconds=1), 7, 2, "pull"),  # (no stage mark in these micro-batches)
+        (2, T1, None, T1 + dt.timedelta(seconds=1), 1, 2, "pull"),
     ]
     _, committed = target.query(
         "SELECT count(DISTINCT xmin::text) FROM (SELECT xmin FROM streamdi.quality_results UNION ALL "
@@ -306,7 +306,7 @@ def test_a_batch_becomes_visible_with_its_quality_record_and_nothing_of_the_next
         ("quality.results", 1, 1, 3, 0),
         ("quality.results", 3, 2, 3, 0),
     ]
-    assert [r[3] for r in metrics_rows(target)] == [7, 1]
+    assert [r[4] for r in metrics_rows(target)] == [7, 1]  # rows
 
 
 def test_replays_change_nothing_and_a_batch_with_only_quality_rows_migrates(target, tmp_path):
@@ -341,7 +341,7 @@ def test_replays_change_nothing_and_a_batch_with_only_quality_rows_migrates(targ
     ]  # fmt: skip
     assert quality_quarantine(target) == QUARANTINE_1 + QUARANTINE_2
     assert ledger_rows(target)[-2:] == [("quality.results", 4, 3, 1, 0), ("tradetype", 1, 2, 4, 0)]
-    assert metrics_rows(target)[-1] == (3, T2, T2 + dt.timedelta(seconds=1), 0, 3, "push")
+    assert metrics_rows(target)[-1] == (3, T2, None, T2 + dt.timedelta(seconds=1), 0, 3, "push")
 
 
 def test_a_lake_without_quality_tables_migrates_as_before_and_catches_up_when_they_appear(target, tmp_path):
@@ -357,7 +357,7 @@ def test_a_lake_without_quality_tables_migrates_as_before_and_catches_up_when_th
     assert report.versions == {"tradetype": 1, "dimtrade": 2}
     assert ledger_rows(target) == [("dimtrade", 2, 2, 4, 0), ("tradetype", 1, 2, 4, 0)]
     assert (quality_results(target), quality_quarantine(target)) == ([], [])
-    assert [r[3] for r in metrics_rows(target)] == [7, 1]
+    assert [r[4] for r in metrics_rows(target)] == [7, 1]  # rows
 
     # The stage starts recording quality with batch 3 (e.g. after an upgrade): the next unit lands it.
     third = quality_batch(stream, T2, [(BATCH1_RESULTS[:1], [])], trades=[trade_row(5)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 
 import pytest
@@ -139,6 +140,62 @@ def test_a_file_that_repeats_an_earlier_file_of_its_tpcdi_batch_is_not_staged(ct
     assert sorted((r["batch_id"], r["source_file"]) for r in dates) == [
         (3, "Batch2/BatchDate.txt"),
         (4, "Batch3/BatchDate.txt"),
+    ]
+
+
+def account_lines(*dsns: int) -> bytes:
+    return b"".join(f"I|{dsn}|{100 + dsn}|1|7|account {dsn}|1|ACTV\r\n".encode() for dsn in dsns)
+
+
+def checks_of(ctx: JobContext, batch_id: int) -> dict[str, tuple[str, int, list]]:
+    from schemas.quality import QUALITY_RESULTS
+
+    return {
+        r["check_id"]: (r["action"], r["unexpected_count"], json.loads(r["detail"]).get("failing_values"))
+        for r in ctx.lake.read_arrow(QUALITY_RESULTS).to_pylist()
+        if r["batch_id"] == batch_id and r["table_name"] == "staging.account"
+    }
+
+
+def test_parts_are_checked_against_the_declared_order(ctx: JobContext):
+    """Continues the tests above. Account.txt is totally ordered by CDC_DSN (schemas/ordering.py): part 0001 arriving
+    before 0000 is staged with a warning (its predecessor is missing); 0000 arriving later, its keys below 0001's,
+    is fine; part 0002 whose first key is not above 0001's last halts the batch, says where, and is held back."""
+    landing = ctx.settings.landing_dir
+    batch_log = BatchLog(ctx.lake)
+    micro = []
+    for n, (name, dsns) in enumerate(
+        (
+            ("Account_batch2_0001.txt", (20, 21)),
+            ("Account_batch2_0000.txt", (10, 11)),
+            ("Account_batch2_0002.txt", (15,)),
+        )
+    ):
+        deliver(landing, name, account_lines(*dsns), NOW + dt.timedelta(minutes=1, seconds=n))
+        micro.append(collect(batch_log, landing, now=NOW).batch_id)
+        micro.append(stage_job(ctx, micro[-1]))
+    (first, early), (second, late), (third, bad) = micro[0:2], micro[2:4], micro[4:6]
+    assert early["staged"] == 2 and "halted" not in early
+    assert checks_of(ctx, first) == {
+        "declared_order": ("passed", 0, None),
+        "predecessor_present": ("warned", 1, ["Account_batch2_0001.txt (missing account_batch2_0000)"]),
+        **{k: v for k, v in checks_of(ctx, first).items() if k not in ("declared_order", "predecessor_present")},
+    }
+    assert late["staged"] == 2 and "halted" not in late
+    assert checks_of(ctx, second)["declared_order"] == ("passed", 0, None)
+    assert checks_of(ctx, second)["predecessor_present"] == ("passed", 0, None)
+    assert bad["staged"] == 0 and bad["held"] == 1
+    assert bad["halted"] == (
+        "staging.account: check declared_order (streamdi_ordering_contract) failed on 1 of 1 rows: "
+        "Account_batch2_0002.txt line 1: 15 is not above 21 (Account_batch2_0001.txt line 2)"
+    )
+    assert checks_of(ctx, third)["declared_order"][0] == "halted"
+    staged = ctx.lake.read_arrow(src.ACCOUNT.staging).to_pylist()
+    assert sorted((r["source_file"], r["cdc_dsn"]) for r in staged) == [
+        ("Account_batch2_0000.txt", 10),
+        ("Account_batch2_0000.txt", 11),
+        ("Account_batch2_0001.txt", 20),
+        ("Account_batch2_0001.txt", 21),
     ]
 
 

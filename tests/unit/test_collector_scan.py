@@ -99,3 +99,42 @@ def test_scan_reuses_the_registered_checksum_of_an_unchanged_file_and_rereads_a_
 
     os.utime(path, (1_700_000_060, 1_700_000_060))  # touched: read again
     assert scan_landing(tmp_path, known)[0].sha256 == hashlib.sha256(b"1|2\r\n").hexdigest()
+
+
+def test_parts_collected_together_are_merged_in_declared_order_whatever_their_interleaving(tmp_path):
+    """Two channels (landing sub-directories) deliver parts of their sources in many random interleavings, with a
+    whole file among them: one collect pass always gives the same micro-batch (same files, same order): the whole
+    file first, then the parts by (TPC-DI batch, part number), ties by channel order (root, then by name)."""
+    import random
+
+    from streamdi.collector import channel_order, merged
+
+    names = [
+        "crm/Customer_batch2_0001.txt",
+        "crm/Customer_batch2_0000.txt",
+        "crm/Account_batch2_0000.txt",
+        "brokerage/Trade_batch2_0002.txt",
+        "brokerage/Trade_batch2_0000.txt",
+        "brokerage/Trade_batch2_0001.txt",
+        "Trade_batch2_0000.txt",
+        "Batch2/BatchDate.txt",
+    ]
+    expected = [
+        "Batch2/BatchDate.txt",
+        "Trade_batch2_0000.txt",
+        "brokerage/Trade_batch2_0000.txt",
+        "crm/Account_batch2_0000.txt",
+        "crm/Customer_batch2_0000.txt",
+        "brokerage/Trade_batch2_0001.txt",
+        "crm/Customer_batch2_0001.txt",
+        "brokerage/Trade_batch2_0002.txt",
+    ]
+    rng = random.Random(5)
+    for trial in range(50):
+        landing = tmp_path / f"t{trial}"
+        order = names[:]
+        rng.shuffle(order)
+        for second, name in enumerate(order):
+            deliver(landing, name, name.encode(), at(second))
+        got = merged(scan_landing(landing), channel_order(landing))
+        assert [f.file for f in got] == expected, order

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.stream import Trigger, percentile, rows_per_second, waiting_files
+from streamdi.stream import Trigger, held_parts, percentile, rows_per_second, waiting_files
 
 
 def test_trigger_fires_after_the_interval_or_at_the_size():
@@ -59,3 +59,28 @@ def test_rows_per_second_is_over_the_stages_run_time():
     ]
     assert rows_per_second(recent) == 100.0
     assert rows_per_second([]) is None
+
+
+def test_a_part_is_held_until_its_predecessor_arrives_or_its_grace_is_over():
+    registered = {"Trade_batch2_0000.txt", "Batch2/Account.txt"}
+    new = [
+        "Trade_batch2_0002.txt",  # 0001 missing: held
+        "Trade_batch2_0003.txt",  # after a held part: held
+        "Trade_batch2_0003_dup.txt",  # the same part delivered twice: held with it
+        "Customer_batch2_0001.txt",  # its 0000 arrives in the same pass: ready
+        "Customer_batch2_0000.txt",
+        "Batch2/Trade.txt",  # a whole file is never held
+    ]
+    seen = dict.fromkeys(new, 100.0)
+    assert held_parts(new, registered, seen, now=101.0, grace=30.0) == {
+        "Trade_batch2_0002.txt",
+        "Trade_batch2_0003.txt",
+        "Trade_batch2_0003_dup.txt",
+    }
+    # the missing part arrives: everything is ready
+    assert held_parts([*new, "Trade_batch2_0001.txt"], registered, seen, now=101.0, grace=30.0) == set()
+    # the grace is over: the part is cut without its predecessor, and its successors with it
+    assert held_parts(new, registered, seen, now=130.0, grace=30.0) == set()
+    # a part first listed now has just arrived
+    assert held_parts(["Trade_batch2_0005.txt"], registered, {}, now=500.0, grace=1.0) == {"Trade_batch2_0005.txt"}
+    assert held_parts(["Trade_batch2_0005.txt"], registered, {}, now=500.0, grace=0.0) == set()
