@@ -60,6 +60,11 @@ class JobContext:
                 self._warehouse = open_warehouse(self.settings)
         return self._warehouse
 
+    def reset_warehouse(self) -> None:
+        """Forget the opened warehouse: the next use opens it again (and starts the embedded server if it stopped)."""
+        with self._opening:
+            self._warehouse = None
+
     def start_warehouse(self) -> None:
         """Open the warehouse (starting the embedded PostgreSQL server if needed) in a background thread, for a
         caller that will migrate after staging and transforming: the server's start (~0.2 s, ~0.7 s with initdb on

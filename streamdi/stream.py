@@ -17,7 +17,9 @@ the warehouse connection settings, the imported suites. It then loops:
    (`pipeline.run_pending`); the batch log records each stage, so a crash (`kill -9`) and a restart resume exactly
    once, and the first thing a (re)started service does is finish what the log has pending.
 
-A halted batch stops the service's work (nothing after it may run) but not the service: it reports the halt and
+A run that fails on infrastructure (PostgreSQL stopped, a full disk) is retried with a growing pause, the error in
+the status, and the service gives up (exit 1) after `GIVE_UP` failures in a row. A halted batch stops the service's
+work (nothing after it may run) but not the service: it reports the halt and
 waits for an operator's `streamdi batch resume|skip`, then goes on. SIGTERM or Ctrl-C finishes the micro-batch in
 flight (all of its stages) and stops; a second one abandons it at once (its finished stages are in the batch log;
 a restart does the rest).
@@ -56,6 +58,9 @@ LOCK_FILE = "service.lock"
 HEARTBEAT = 1.0  # seconds between two status writes while nothing changes
 HALT_RECHECK = 2.0  # seconds between two looks at the batch log while a batch is halted
 RECENT = 200  # micro-batches kept in the status for latency percentiles and rows/s
+RETRY_FIRST = 1.0  # seconds before the first retry of a failed run; doubled after each failure
+RETRY_MAX = 30.0
+GIVE_UP = 8  # failed runs in a row after which the service stops with the error
 
 
 def folder(settings: Settings) -> Path:
@@ -244,6 +249,7 @@ class StreamService:
             pending = True  # a (re)start first finishes whatever the batch log has pending
             last_write = 0.0
             halted_at = None
+            failures = 0  # consecutive failed attempts (infrastructure faults)
             while not self.stopping:
                 waiting = self._look()
                 now = time.monotonic()
@@ -262,15 +268,30 @@ class StreamService:
                     now - min(self._first_seen[f] for f, _, _ in ready), sum(size for _, size, _ in ready)
                 )
                 if pending or fire:
-                    report = run_pending(
-                        self.ctx,
-                        on_plan=lambda plan: plan and self._set(state="processing", processing=plan[0][0]),
-                        on_step=self._step_done,
-                        stop_before_batch=lambda: self.stopping,
-                        hold=self._hold,
-                    )
+                    try:
+                        report = run_pending(
+                            self.ctx,
+                            on_plan=lambda plan: plan and self._set(state="processing", processing=plan[0][0]),
+                            on_step=self._step_done,
+                            stop_before_batch=lambda: self.stopping,
+                            hold=self._hold,
+                        )
+                    except Exception as exc:  # noqa: BLE001 - an infrastructure fault: reported, then retried
+                        failures += 1
+                        self._failed(exc, failures)
+                        pending = True  # the batch log has the work that is left
+                        # and the files that run registered before it failed
+                        self._registered = set(batch_log.registered_files())
+                        continue
+                    if failures:
+                        log.warning("the stream goes on after %s failed attempt(s)", failures)
+                        failures = 0
+                        self._set(error=None)
                     self._registered.update(f.file for f in report.collected.files)
                     self._registered.update(report.collected.changed)
+                    if fire and not report.collected.files and not report.steps:
+                        # what seemed to wait was registered by another collector (a CLI run beside the service)
+                        self._registered = set(batch_log.registered_files())
                     for name in report.collected.changed:
                         log.warning("%s changed after it was collected; ignored", name)
                     pending = False
@@ -298,6 +319,21 @@ class StreamService:
                 self._stop.wait(self.trigger.poll)
             self._set(state="stopped", processing=None, waiting_files=len(self._first_seen))
         return 0
+
+    def _failed(self, exc: Exception, failures: int) -> None:
+        """A run failed on something other than data (a halt is not an exception): PostgreSQL stopped, a disk full,
+        a lock. Its finished stages are in the batch log; the run is tried again after a pause that doubles up to
+        `RETRY_MAX` seconds, with the warehouse connection opened afresh (an embedded server that was stopped is
+        started again). After `GIVE_UP` failures in a row the service stops with the error (exit 1), for its
+        supervisor (`streamdi_stream`, systemd, ...) to restart."""
+        delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (failures - 1))
+        message = f"{type(exc).__name__}: {exc}".strip()[:2000]
+        log.error("micro-batch run failed (attempt %s): %s; retrying in %gs", failures, message, delay, exc_info=exc)
+        self._set(state="error", processing=None, error=message)
+        if failures >= GIVE_UP:
+            raise exc
+        self.ctx.reset_warehouse()
+        self._stop.wait(delay)
 
     def _look(self) -> list[tuple[str, int, float]]:
         """The waiting files, and the status fields that describe them."""

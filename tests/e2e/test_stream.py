@@ -194,3 +194,36 @@ def test_a_missing_part_is_held_then_cut_past_its_grace_and_said_in_dimessages(d
         if table != "dimessages":
             assert got["delta"][table] == rows, f"{table} differs from the whole load"
     assert [r for r in got["delta"]["dimessages"] if r not in extra] == expected["delta"]["dimessages"]
+
+
+def test_postgresql_stopped_under_the_stream_is_retried_and_the_stream_goes_on(data, reference, tmp_path):
+    """The embedded PostgreSQL server is stopped (`streamdi db stop`) while the service runs: the next migration
+    fails, the service reports the error in its status, retries with the warehouse opened afresh (which starts the
+    server again) and ends with the whole load's warehouse."""
+    expected, _, after_batch1 = reference
+    home = tmp_path / "home"
+    copy_home(after_batch1, home)
+    deliveries, contents = plan(data / "Batch2", DripOptions(parts=4, seed=3))
+    landing = home / "landing"
+    landing.mkdir(parents=True, exist_ok=True)
+    service = start_stream(home, "--idle-exit", "4")
+    first = [d.file for d in deliveries if d.part == 0]
+    for name in first:
+        (landing / name).write_bytes(contents[name])
+    deadline = time.monotonic() + 300
+    while True:  # until the first part is visible in PostgreSQL
+        batch_log = BatchLog(Lake(home / "lake"))
+        if set(first) <= set(batch_log.registered_files()) and not batch_log.pending():
+            break
+        assert time.monotonic() < deadline and service.poll() is None, output(service)
+        time.sleep(0.5)
+    stopped = subprocess.run([STREAMDI, "db", "stop"], env=env_for(home), capture_output=True, text=True)
+    assert stopped.returncode == 0, stopped.stderr
+    for d in deliveries:
+        if d.part > 0:
+            (landing / d.file).write_bytes(contents[d.file])
+    feed_audits(data, home)
+    assert wait(service) == 0, output(service)
+    log = output(service)
+    assert "micro-batch run failed (attempt 1)" in log and "the stream goes on after 1 failed attempt(s)" in log, log
+    assert_equals_reference(home, expected)
