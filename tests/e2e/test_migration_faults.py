@@ -143,7 +143,7 @@ def test_killed_migration_then_rerun_equals_the_uninterrupted_run(settings, ware
         ("tradetype", 2),
         ("tradetype", 4),
     ]
-    assert [(b, unit, mode) for b, _, _, _, unit, mode in metrics_rows(target)] == [
+    assert [(b, unit, mode) for b, _, _, _, _, unit, mode in metrics_rows(target)] == [
         (1, 2, "pull"),
         (2, 2, "pull"),
         (3, 4, "push"),
