@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from schemas.sources import TRADE_CDC  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
+from streamdi.stream import percentile  # noqa: E402
 
 BEFORE = 6.0  # seconds per dripped micro-batch before the service (issue 23)
 GOAL = {"p50": 1.0, "p99": 3.0}
@@ -45,11 +46,6 @@ def run(cmd: list[str], env: dict) -> None:
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * q // 100) - 1))]
 
 
 def main() -> None:

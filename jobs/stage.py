@@ -294,8 +294,9 @@ def _check_contract(
     if contract.kind == "total" and rows.num_rows:
         neighbours = ordering.group_files(before, pc.unique(rows["source_file"]).to_pylist())
         if neighbours and ctx.lake.exists(table):
-            staged = ctx.lake.read_columns(table, ["source_file", "line_no", contract.key])
-            earlier = staged.filter(pc.is_in(staged["source_file"], pa.array(neighbours)))
+            earlier = ctx.lake.read_where(
+                table, pc.field("source_file").isin(neighbours), ["source_file", "line_no", contract.key]
+            )
     return ordering.check_staged(
         table, rows, contract, earlier, missing, missing_policy=ctx.settings.missing_part_policy, resumed=resumed
     )

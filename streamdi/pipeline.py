@@ -41,7 +41,8 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
     (the detail then has `halted`, the reason); otherwise the stage is marked done."""
     warm_up()  # Great Expectations imports while Spark parses
     batch_log = BatchLog(ctx.lake)
-    registered = sorted(batch_log.registered_files().values(), key=lambda f: (f.batch_id, f.file_seq))
+    every = list(batch_log.registered_files().values())  # one read of the batch log's files serves both below
+    registered = sorted(every, key=lambda f: (f.batch_id, f.file_seq))
     earlier = {}
     for f in registered:
         if f.batch_id < batch_id:
@@ -49,7 +50,7 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
     report = stage.run(
         ctx,
         batch_id,
-        batch_log.files(batch_id),
+        [f for f in every if f.batch_id == batch_id],  # as `BatchLog.files` gives them
         attempt=batch_log.resumes(batch_id, "stage"),
         earlier=earlier,
         registered_before=[f.file for f in registered if f.batch_id < batch_id],

@@ -106,22 +106,15 @@ def dripped_batches(ctx: JobContext) -> list[int]:
     return BatchLog(ctx.lake).batch_ids()
 
 
-@pytest.fixture(scope="module")
-def data_sf002(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sf002")
-    generate(Params(scale_factor=0.02, batches=2), out)
-    trim_calendar(out)
-    return out
-
-
-def test_shuffle_partitions_1_and_8_give_identical_warehouses(data_sf002, tmp_path, spark):
+def test_shuffle_partitions_1_and_8_give_identical_warehouses(data, tmp_path, spark):
+    """`data`: the shared SF 0.02 data set (tests/e2e/conftest.py)."""
     results = {}
     try:
         for partitions in (1, 8):
             spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
             ctx = make_context(tmp_path / f"p{partitions}", spark)
             for batch in (1, 2):
-                deliver_batch(data_sf002, batch, ctx.settings.landing_dir)
+                deliver_batch(data, batch, ctx.settings.landing_dir)
                 transform_pending(ctx)
             results[partitions] = warehouse_rows(ctx)
     finally:
