@@ -284,6 +284,17 @@ class BatchLog:
                 done[(r["batch_id"], r["stage"])] = r["at"]
         return done
 
+    def done_details(self, stage: str) -> dict[int, dict]:
+        """Each batch's detail of its last `done` event of `stage` (e.g. the transform's seconds per step)."""
+        out: dict[int, tuple[dt.datetime, dict]] = {}
+        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():
+            if r["stage"] != stage or r["state"] != DONE:
+                continue
+            if r["batch_id"] not in out or r["at"] >= out[r["batch_id"]][0]:
+                detail = json.loads(r["detail"]) if r.get("detail") else {}
+                out[r["batch_id"]] = (r["at"], detail)
+        return {b: detail for b, (_, detail) in sorted(out.items())}
+
     def summary(self) -> list[dict]:
         """One row per batch: files, each stage's state, and when each stage was marked done (`<stage>_at`, None
         when it is not done) (for `streamdi batches` and the batch-log page)."""

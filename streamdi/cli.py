@@ -12,7 +12,7 @@ import traceback
 from importlib import metadata
 from importlib.resources import files as package_files
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -718,6 +718,14 @@ def stream(
         int, typer.Option(help="Cut as soon as this many bytes wait, before the interval ends (0: never).", min=0)
     ] = 0,
     poll: Annotated[float, typer.Option(help="Seconds between two listings of the landing zone.", min=0.001)] = 0.05,
+    cut: Annotated[
+        Literal["time", "round"],
+        typer.Option(
+            help="'time': cut whatever waits when the trigger fires; 'round': one round of parts per micro-batch "
+            "(every source's part N of a TPC-DI batch), cut when the feed's manifest says it is complete, so the "
+            "micro-batches do not depend on timing (see docs/stream.md).",
+        ),
+    ] = "time",
     idle_exit: Annotated[
         float | None,
         typer.Option(help="Stop after this many seconds with nothing waiting or pending (default: run until stopped)."),
@@ -756,7 +764,7 @@ def stream(
 
     service = StreamService(
         open_context(settings),
-        Trigger(interval=interval, max_bytes=max_bytes, poll=poll),
+        Trigger(interval=interval, max_bytes=max_bytes, poll=poll, cut=cut),
         idle_exit=idle_exit,
         on_batch=show,
     )
@@ -774,11 +782,12 @@ def stream(
             daemon=True,
         ).start()
         console.print(f"feeding {feed} into {settings.landing_dir}: {files} pieces per file, {rate:g} file(s)/s")
-    console.print(
-        f"streaming {settings.landing_dir} (cut {interval:g} s after a file arrives"
-        + (f" or at {max_bytes} bytes" if max_bytes else "")
-        + "); Ctrl-C finishes the micro-batch in flight and stops"
+    how = (
+        "one round of parts per micro-batch, cut when complete"
+        if cut == "round"
+        else f"cut {interval:g} s after a file arrives" + (f" or at {max_bytes} bytes" if max_bytes else "")
     )
+    console.print(f"streaming {settings.landing_dir} ({how}); Ctrl-C finishes the micro-batch in flight and stops")
     try:
         service.run()
     except ServiceRunning as exc:

@@ -12,7 +12,13 @@ the warehouse connection settings, the imported suites. It then loops:
    stage applies `missing_part_policy`), so out-of-order deliveries are put back in order before they run.
 2. **Cut** (the trigger): once files wait, the next micro-batch is cut `interval` seconds after the first of them
    was seen (0: at once), or as soon as `max_bytes` are waiting. Whatever waits at that moment is collected as one
-   micro-batch per TPC-DI batch, exactly as `streamdi run` would collect it.
+   micro-batch per TPC-DI batch, exactly as `streamdi run` would collect it. With `cut="round"` the cuts do not
+   depend on timing: each micro-batch is one *round*, the parts of one number of one TPC-DI batch (every source's
+   `..._batch2_0003`, whatever channel brought them), lowest round first, cut as soon as every file the feed's
+   manifest declares for it has arrived (`streamdi generate drip` writes one before its files), or after
+   `missing_part_grace` seconds without the rest; a round without a manifest, and whole files (no part number), are
+   cut by the time trigger, each on its own. The same deliveries then make the same micro-batches whatever the
+   arrival order and the service's speed.
 3. **Run**: every pending (batch, stage) in order, through the same orchestration loop as the CLI
    (`pipeline.run_pending`); the batch log records each stage, so a crash (`kill -9`) and a restart resume exactly
    once, and the first thing a (re)started service does is finish what the log has pending.
@@ -42,13 +48,14 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from streamdi.batchlog import BatchLog
 from streamdi.collector import is_collectable, missing_predecessors, part_of
 from streamdi.context import JobContext
+from streamdi.generator.drip import manifest_path
 from streamdi.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,9 @@ def folder(settings: Settings) -> Path:
     return settings.home.absolute() / "stream"
 
 
+CUTS = ("time", "round")
+
+
 @dataclass(frozen=True)
 class Trigger:
     """When the service cuts the next micro-batch out of the waiting files."""
@@ -74,10 +84,13 @@ class Trigger:
     interval: float = 0.5  # seconds after the first waiting file was seen (0: as soon as a file waits)
     max_bytes: int = 0  # cut as soon as this many bytes wait, before the interval ends (0: no size trigger)
     poll: float = 0.05  # seconds between two listings of the landing zone
+    cut: str = "time"  # "round": one round of parts per micro-batch (`next_round`), whatever the timing
 
     def __post_init__(self) -> None:
         if self.interval < 0 or self.max_bytes < 0 or self.poll <= 0:
             raise ValueError(f"a trigger needs interval >= 0, max_bytes >= 0 and poll > 0, got {self}")
+        if self.cut not in CUTS:
+            raise ValueError(f"unknown cut {self.cut!r}: one of {', '.join(CUTS)}")
 
     def fires(self, waited: float, waiting_bytes: int) -> bool:
         return waited >= self.interval or (self.max_bytes > 0 and waiting_bytes >= self.max_bytes)
@@ -148,6 +161,44 @@ def held_parts(
     return held
 
 
+@dataclass(frozen=True)
+class Round:
+    """The next micro-batch of a round cut: the waiting files it takes, their round (TPC-DI batch, part number; None
+    for whole files) and whether every file declared for the round has arrived (None: nothing declares it)."""
+
+    key: tuple[int, int] | None
+    files: frozenset[str]
+    complete: bool | None
+
+
+def next_round(
+    waiting: list[str],
+    registered: set[str],
+    held: set[str],
+    declared: Mapping[int, Mapping[int, frozenset[str]]],
+) -> Round | None:
+    """The round to cut next out of `waiting` (minus the `held` parts): the whole files (no part number) if any wait,
+    else the waiting parts of the lowest (TPC-DI batch, part number) -- duplicates, whose names carry their
+    original's number, included. `declared` holds the feed's manifests: TPC-DI batch -> part number -> its landing
+    files. A declared round is complete when all of its files are registered or waiting and every file declared for
+    an earlier round is registered (a round never overtakes one that has not arrived yet); a round of a batch
+    without a manifest is undeclared (`complete` None)."""
+    free = [w for w in waiting if w not in held]
+    if not free:
+        return None
+    parts = {w: part_of(w) for w in free}
+    whole = frozenset(w for w, p in parts.items() if p is None)
+    if whole:
+        return Round(None, whole, None)
+    key = min((p.source_batch, p.number) for p in parts.values() if p is not None)
+    files = frozenset(w for w, p in parts.items() if p is not None and (p.source_batch, p.number) == key)
+    if key[0] not in declared:
+        return Round(key, files, None)
+    earlier = [f for b, rounds in declared.items() for n, fs in rounds.items() if (b, n) < key for f in fs]
+    complete = declared[key[0]].get(key[1], frozenset()) <= files | registered and registered.issuperset(earlier)
+    return Round(key, files, complete)
+
+
 def waiting_files(landing: Path, registered: set[str]) -> Iterator[tuple[str, int, float]]:
     """(relative path, size, mtime) of every collectable file under `landing` that `registered` lacks."""
     if not landing.is_dir():
@@ -196,6 +247,9 @@ class StreamService:
         self._held: set[str] = set()  # waiting parts held back for their predecessor
         self.grace = ctx.settings.missing_part_grace
         self._seconds: dict[int, dict[str, float]] = {}  # micro-batch -> stage -> run time, until it is visible
+        self._round: Round | None = None  # with a round cut: the round to cut next
+        self._cutting = False  # whether the run in flight was started by the trigger (else: to finish pending work)
+        self._manifests: dict[int, tuple[int, dict[int, frozenset[str]]]] = {}  # batch -> (mtime, rounds)
         self.status = Status(
             pid=os.getpid(),
             started_at=_iso(_utcnow()),
@@ -263,11 +317,9 @@ class StreamService:
                         continue
                     halted_at, pending = None, True  # an operator resumed or skipped it
                     self._set(halt=None)
-                ready = [w for w in waiting if w[0] not in self._held]
-                fire = bool(ready) and self.trigger.fires(
-                    now - min(self._first_seen[f] for f, _, _ in ready), sum(size for _, size, _ in ready)
-                )
+                fire = self._fires(waiting, now)
                 if pending or fire:
+                    self._cutting = fire
                     try:
                         report = run_pending(
                             self.ctx,
@@ -347,12 +399,65 @@ class StreamService:
         self.status.lag_seconds = round(max(0.0, time.time() - oldest), 3) if oldest is not None else 0.0
         self._held = held_parts(sorted(names), self._registered, self._first_seen, now, self.grace)
         self.status.held_files = sorted(self._held)
+        if self.trigger.cut == "round":
+            self._round = next_round(sorted(names), self._registered, self._held, self._declared())
         return waiting
+
+    def _fires(self, waiting: list[tuple[str, int, float]], now: float) -> bool:
+        """Whether the trigger cuts a micro-batch now."""
+        ready = [w for w in waiting if w[0] not in self._held]
+        if self.trigger.cut == "round" and self._round is not None:
+            ready = [w for w in ready if w[0] in self._round.files]
+            if self._round.complete is not None:  # declared: cut once complete, or when its grace is over
+                waited = now - min(self._first_seen[f] for f, _, _ in ready)
+                return self._round.complete or waited >= self.grace
+        return bool(ready) and self.trigger.fires(
+            now - min(self._first_seen[f] for f, _, _ in ready), sum(size for _, size, _ in ready)
+        )
+
+    def _declared(self) -> dict[int, dict[int, frozenset[str]]]:
+        """The drip manifests in the landing zone (`streamdi.generator.drip.manifest_path`): TPC-DI batch -> part
+        number -> its landing files (duplicates left out). A manifest is read again when it changes; one being
+        written is left out until the next look."""
+        meta = manifest_path(self.ctx.settings.landing_dir, 0).parent
+        out: dict[int, dict[int, frozenset[str]]] = {}
+        for path in sorted(meta.glob("batch*_manifest.json")) if meta.is_dir() else []:
+            try:
+                source_batch = int(path.name[len("batch") : -len("_manifest.json")])
+                mtime = path.stat().st_mtime_ns
+            except (ValueError, FileNotFoundError):
+                continue
+            cached = self._manifests.get(source_batch)
+            if cached is None or cached[0] != mtime:
+                try:
+                    deliveries = json.loads(path.read_text())["deliveries"]
+                except (json.JSONDecodeError, KeyError, OSError):
+                    continue  # being written: the next look reads it
+                rounds: dict[int, set[str]] = {}
+                for delivery in deliveries:
+                    if delivery.get("kind", "original") == "original":
+                        rounds.setdefault(int(delivery["part"]), set()).add(delivery["file"])
+                cached = (mtime, {n: frozenset(files) for n, files in rounds.items()})
+                self._manifests[source_batch] = cached
+            out[source_batch] = cached[1]
+        return out
 
     def _hold(self, new: list[str], registered: set[str]) -> set[str]:
         """The collector's `hold`: parts still waiting for their predecessor (see `held_parts`); a part released
-        because its grace is over is logged (its stage then records the `predecessor_present` check)."""
+        because its grace is over is logged (its stage then records the `predecessor_present` check). With a round
+        cut, also every file outside the round the trigger fired for (every file in a run the trigger did not start:
+        a (re)start first finishes the batch log's pending work, and cuts nothing)."""
         held = held_parts(new, registered, self._first_seen, time.monotonic(), self.grace)
+        if self.trigger.cut == "round" and (not self._cutting or self._round is None):
+            return set(new)  # a run that finishes pending work cuts nothing: rounds are cut only when they fire
+        if self.trigger.cut == "round" and self._round is not None:
+            chosen = self._round
+            if chosen.key is None:
+                held |= {f for f in new if f not in chosen.files}
+            else:
+                held |= {f for f in new if (p := part_of(f)) is None or (p.source_batch, p.number) != chosen.key}
+            if chosen.complete is False:
+                log.warning("round %s cut without all of its declared files after %gs", chosen.key, self.grace)
         for name, before in sorted(missing_predecessors(new, [*registered, *new]).items()):
             if name not in held:
                 log.warning("%s: its predecessor %s has not arrived in %gs; cut without it", name, before, self.grace)

@@ -32,6 +32,7 @@ import numpy as np
 from streamdi.generator.text import CRLF
 
 _BATCH = re.compile(r"(?i)batch(\d+)$")
+MANIFESTS = "_drip"  # under the landing zone: each dripped batch's manifest and audit files
 WHOLE_FILES = re.compile(r"^(CustomerMgmt\.xml|FINWIRE\d{4}Q[1-4])$")
 
 
@@ -65,6 +66,11 @@ class Delivery:
     kind: str = "original"  # or "duplicate"
     late: bool = False
     malformed: list[dict] = field(default_factory=list)  # {"line": 1-based in the piece, "original": text}
+
+
+def manifest_path(landing: Path, batch: int) -> Path:
+    """Where the manifest of TPC-DI batch `batch` dripped into `landing` is (written before its first file)."""
+    return landing / MANIFESTS / f"batch{batch}_manifest.json"
 
 
 def source_batch_of_dir(batch_dir: Path) -> int:
@@ -154,7 +160,7 @@ def drip(
     second at most; write the manifest first so a consumer can reconcile what is still to come."""
     batch = source_batch_of_dir(batch_dir)
     deliveries, contents = plan(batch_dir, options)
-    meta = landing / "_drip"
+    meta = landing / MANIFESTS
     (meta / f"Batch{batch}").mkdir(parents=True, exist_ok=True)
     for audit in sorted(batch_dir.glob("*_audit.csv")):
         shutil.copyfile(audit, meta / f"Batch{batch}" / audit.name)
@@ -164,7 +170,7 @@ def drip(
         "options": asdict(options),
         "deliveries": [asdict(d) for d in deliveries],
     }
-    (meta / f"batch{batch}_manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    manifest_path(landing, batch).write_text(json.dumps(manifest, indent=1) + "\n")
     landing.mkdir(parents=True, exist_ok=True)
     for delivery in deliveries:
         content = contents[delivery.file]

@@ -19,6 +19,7 @@ import pytest
 from cli_runs import STREAMDI, copy_home, env_for, snapshot
 
 from streamdi.batchlog import BatchLog
+from streamdi.collector import part_of
 from streamdi.delivery import root_audits
 from streamdi.generator.drip import DripOptions, drip, plan
 from streamdi.lake import Lake
@@ -100,17 +101,28 @@ def stage_details(home: Path) -> list[dict]:
 
 
 def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_path):
-    """Batch2 dripped with disorder, late pieces and duplicated pieces while the service runs: the same warehouse
-    as the whole load; every duplicate is named in the batch log and not staged; the status shows the latency."""
+    """Batch2 dripped with disorder, late pieces and duplicated pieces while the service runs, cut in rounds: the
+    same warehouse as the whole load; each micro-batch is one round of parts, in order, whatever the disorder;
+    every duplicate is named in the batch log and not staged; the status shows the latency."""
     expected, _, after_batch1 = reference
     home = tmp_path / "home"
     copy_home(after_batch1, home)
-    service = start_stream(home, "--idle-exit", "4")
+    service = start_stream(home, "--idle-exit", "4", "--cut", "round")
     options = DripOptions(parts=8, disorder=0.3, late=0.2, duplicates=0.25, seed=7)
     deliveries = feed(data, home, options, rate=25)
     assert wait(service) == 0, output(service)
     duplicates = {d.file for d in deliveries if d.kind == "duplicate"}
     assert len(duplicates) >= 3 and any(d.late for d in deliveries)
+    batch_log = BatchLog(Lake(home / "lake"))
+    rounds = []
+    for batch_id in batch_log.batch_ids()[1:]:
+        parts = [part_of(f.file) for f in batch_log.files(batch_id)]
+        numbers = {p.number for p in parts if p is not None}
+        assert len(numbers) <= 1 and (not numbers or None not in parts), (batch_id, parts)
+        originals = [f.file for f in batch_log.files(batch_id) if "_dup" not in f.file]
+        if numbers and originals:  # a duplicate that came after its round was cut makes a micro-batch of its own
+            rounds.append(numbers.pop())
+    assert rounds == list(range(8)), output(service)
     reported = {name for detail in stage_details(home) for name in (detail.get("duplicates") or {})}
     assert reported == duplicates
     assert_equals_reference(home, expected)

@@ -340,6 +340,17 @@ def test_two_collectors_at_the_same_time_register_each_file_exactly_once(tmp_pat
     assert [(f.file_seq, f.file) for f in batch_log.files(1)] == list(enumerate(names, start=1))
 
 
+def test_done_details_give_each_batch_the_detail_of_its_stage(batch_log):
+    batch_log.register([landed("Batch1/Date.txt", second=3)], now=NOW)
+    batch_log.register([landed("Batch2/Trade.txt", second=8, source_batch=2)], now=NOW)
+    batch_log.mark(1, "stage", "done", now=NOW, detail={"read": 3})
+    batch_log.mark(1, "transform", "done", now=NOW, detail={"seconds": {"T0": 0.5, "T3": 2.25}})
+    batch_log.mark(2, "stage", "done", now=NOW)
+    assert batch_log.done_details("transform") == {1: {"seconds": {"T0": 0.5, "T3": 2.25}}}
+    assert batch_log.done_details("stage") == {1: {"read": 3}, 2: {}}
+    assert batch_log.done_details("migrate") == {}
+
+
 def test_marks_of_an_earlier_batch_are_recorded_after_a_later_batch(batch_log):
     batch_log.register([landed("a.txt")], now=NOW)
     batch_log.register([landed("b.txt")], now=NOW)

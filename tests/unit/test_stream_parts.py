@@ -1,12 +1,14 @@
-"""The stream service's pure parts: the trigger, the listing of waiting files, latency percentiles and rows/s."""
+"""The stream service's pure parts: the trigger, round cuts, the listing of waiting files, latency percentiles and
+rows/s."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
-from streamdi.stream import Trigger, held_parts, percentile, rows_per_second, waiting_files
+from streamdi.stream import Round, Trigger, held_parts, next_round, percentile, rows_per_second, waiting_files
 
 
 def test_trigger_fires_after_the_interval_or_at_the_size():
@@ -22,6 +24,83 @@ def test_trigger_fires_after_the_interval_or_at_the_size():
 def test_a_trigger_refuses_negative_settings(bad):
     with pytest.raises(ValueError, match="trigger needs"):
         Trigger(**bad)
+
+
+def test_a_trigger_refuses_an_unknown_cut():
+    with pytest.raises(ValueError, match="unknown cut 'size': one of time, round"):
+        Trigger(cut="size")
+
+
+# Two TPC-DI batches of three sources in two channels, each source cut in three parts; Batch3's BatchDate in one.
+FEED = {
+    (2, 0): {"Trade_batch2_0000.txt", "crm/Customer_batch2_0000.txt", "crm/Account_batch2_0000.txt"},
+    (2, 1): {"Trade_batch2_0001.txt", "crm/Customer_batch2_0001.txt", "crm/Account_batch2_0001.txt"},
+    (2, 2): {"Trade_batch2_0002.txt", "crm/Customer_batch2_0002.txt", "crm/Account_batch2_0002.txt"},
+    (3, 0): {"BatchDate_batch3_0000.txt", "Trade_batch3_0000.txt"},
+    (3, 1): {"Trade_batch3_0001.txt"},
+}
+
+
+DECLARED = {b: {n: frozenset(fs) for (b2, n), fs in FEED.items() if b2 == b} for b in (2, 3)}
+
+
+def test_the_next_round_is_the_lowest_batch_and_part_number_complete_when_all_declared_files_are_in():
+    waiting = ["Trade_batch2_0001.txt", "crm/Account_batch2_0000.txt", "Trade_batch3_0000.txt"]
+    registered = {"Trade_batch2_0000.txt"}
+    assert next_round(waiting, registered, set(), DECLARED) == Round(
+        (2, 0),
+        frozenset({"crm/Account_batch2_0000.txt"}),
+        False,  # crm/Customer_batch2_0000.txt is still missing
+    )
+    assert next_round([*waiting, "crm/Customer_batch2_0000.txt"], registered, set(), DECLARED) == Round(
+        (2, 0), frozenset({"crm/Account_batch2_0000.txt", "crm/Customer_batch2_0000.txt"}), True
+    )
+    # a duplicate carries its original's number: it joins that round (here one already cut, so it is complete)
+    dup = ["Trade_batch2_0000_dup.txt", "Trade_batch2_0001.txt"]
+    assert next_round(dup, registered | FEED[2, 0], set(), DECLARED) == Round(
+        (2, 0), frozenset({"Trade_batch2_0000_dup.txt"}), True
+    )
+    # a round never overtakes an earlier one that has not arrived: Batch3's part 1 waits for the rest of Batch3 and
+    # for Batch2 (here, the whole of it)
+    assert next_round(["Trade_batch3_0001.txt"], set(), set(), DECLARED).complete is False
+    assert next_round(
+        ["Trade_batch3_0001.txt"], set(FEED[2, 0]) | FEED[2, 1] | FEED[2, 2] | FEED[3, 0], set(), DECLARED
+    ).complete
+    # held parts wait; nothing left: no round
+    assert next_round(["Trade_batch2_0001.txt"], set(), {"Trade_batch2_0001.txt"}, DECLARED) is None
+
+
+def test_whole_files_are_a_round_of_their_own_and_an_undeclared_round_says_so():
+    waiting = ["Batch2/Trade.txt", "Trade_batch2_0000.txt", "Batch2/Trade_audit.csv"]
+    assert next_round(waiting, set(), set(), DECLARED) == Round(
+        None, frozenset({"Batch2/Trade.txt", "Batch2/Trade_audit.csv"}), None
+    )
+    assert next_round(["Trade_batch9_0004.txt"], set(), set(), DECLARED) == Round(
+        (9, 4), frozenset({"Trade_batch9_0004.txt"}), None
+    )
+
+
+def test_round_cuts_are_the_same_whatever_the_arrival_order_and_the_moments_of_the_cuts():
+    """The service cuts a round once it is complete; the files arrive in 200 random orders and the service looks
+    at random moments (after 1..6 arrivals, as its speed would have it): always the same micro-batches."""
+    files = sorted(f for round_ in FEED.values() for f in round_)
+    expected = [frozenset(FEED[key]) for key in sorted(FEED)]
+    rng = random.Random(5)
+    for _ in range(200):
+        arrivals = rng.sample(files, len(files))
+        registered: set[str] = set()
+        cuts = []
+        arrived = 0
+        while len(registered) < len(files):
+            arrived = min(len(files), arrived + rng.randint(1, 6))
+            while True:  # every complete round is cut at this look, one micro-batch each
+                waiting = [f for f in arrivals[:arrived] if f not in registered]
+                chosen = next_round(waiting, registered, set(), DECLARED)
+                if chosen is None or not chosen.complete:
+                    break
+                cuts.append(chosen.files)
+                registered |= chosen.files
+        assert cuts == expected
 
 
 def test_waiting_files_skips_registered_files_and_deliveries_in_progress(tmp_path: Path):
