@@ -803,14 +803,14 @@ def stream(
 def stream_status() -> None:
     """Whether the stream service runs, what it does, its lag, its last micro-batches' latency (arrival -> staged
     -> committed in Delta -> visible in PostgreSQL), rows/s and any halt."""
-    from streamdi.stream import percentile, read_status, rows_per_second
+    from streamdi.stream import read_status, summary
 
     status, running = read_status(load_settings())
     if status is None:
         console.print("the stream service has never run for this home (start it with `streamdi stream`)")
         raise typer.Exit(1)
-    state = status["state"] if running else f"not running (last state: {status['state']})"
-    console.print(f"stream service: {state}; pid {status['pid']}, started {status['started_at']}")
+    brief = summary(status, running)
+    console.print(f"stream service: {brief['state']}; pid {status['pid']}, started {status['started_at']}")
     console.print(f"  updated {status['updated_at']}; landing {status['landing']}")
     console.print(
         f"  waiting: {status['waiting_files']} file(s), {status['waiting_bytes']} bytes; "
@@ -824,14 +824,20 @@ def stream_status() -> None:
         f"{status.get('last_batch')}"
     )
     if recent:
-        visible = [r["visible"] for r in recent if r.get("visible") is not None]
         last = recent[-1]
-        console.print(
-            f"  latency, arrival -> visible, last {len(visible)}: p50 {percentile(visible, 50):.3f} s, "
-            f"p99 {percentile(visible, 99):.3f} s; rows/s {rows_per_second(recent)}"
-            if visible
-            else "  latency: not measured yet"
-        )
+        if brief["warm_batches"]:
+            console.print(
+                f"  latency, arrival -> visible, last {brief['warm_batches']} warm: p50 "
+                f"{brief['visible_p50_seconds']:.3f} s, p99 {brief['visible_p99_seconds']:.3f} s; "
+                f"rows/s {brief['rows_per_second']}"
+            )
+        else:
+            console.print("  latency: not measured yet on a warm service")
+        if brief["cold_visible_seconds"] is not None:
+            console.print(
+                f"  first micro-batch of the service (cold Spark, left out above): visible "
+                f"{brief['cold_visible_seconds']:.3f} s after arrival"
+            )
         console.print(
             f"  last micro-batch {last['batch_id']}: staged {last.get('staged')} s, "
             f"committed {last.get('committed')} s, visible {last.get('visible')} s after arrival; "

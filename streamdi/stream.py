@@ -107,6 +107,7 @@ class BatchLatency:
     staged: float | None = None
     committed: float | None = None  # all of its Delta commits done (transform marked)
     visible: float | None = None  # visible in PostgreSQL
+    cold: bool = False  # the service's first micro-batch: it met a cold Spark (left out of the percentiles)
 
 
 @dataclass
@@ -470,6 +471,7 @@ class StreamService:
         for batch_id in step.detail.get("batches") or [step.batch_id]:
             latency = self._latency(batch_id)
             latency.seconds = self._seconds.pop(batch_id, {})
+            latency.cold = self.status.batches_done == 0
             self._recent.append(asdict(latency))
             self.status.batches_done += 1
             self.status.rows_done += latency.rows
@@ -583,11 +585,15 @@ START_TIMEOUT = 180.0
 
 
 def summary(status: dict | None, running: bool) -> dict:
-    """What an operator needs from a status: state, lag, the last micro-batch, latency percentiles, rows/s, halt."""
+    """What an operator needs from a status: state, lag, the last micro-batch, latency percentiles and rows/s (of the
+    warm micro-batches: the service's first, on a cold Spark, is given apart), halt and error (`streamdi stream
+    status` prints it; the Airflow DAG returns it)."""
     if status is None:
         return {"running": False, "state": "never started"}
     recent = status.get("recent") or []
-    visible = [r["visible"] for r in recent if r.get("visible") is not None]
+    warm = [r for r in recent if not r.get("cold")]
+    visible = [r["visible"] for r in warm if r.get("visible") is not None]
+    cold = [r["visible"] for r in recent if r.get("cold") and r.get("visible") is not None]
     return {
         "running": running,
         "state": status["state"] if running else f"not running (last state: {status['state']})",
@@ -597,10 +603,13 @@ def summary(status: dict | None, running: bool) -> dict:
         "lag_seconds": status["lag_seconds"],
         "last_batch": status.get("last_batch"),
         "batches_done": status["batches_done"],
+        "warm_batches": len(visible),  # the micro-batches of the percentiles (the last `RECENT`, the cold one out)
         "visible_p50_seconds": percentile(visible, 50),
         "visible_p99_seconds": percentile(visible, 99),
-        "rows_per_second": rows_per_second(recent),
+        "cold_visible_seconds": cold[-1] if cold else None,  # the first micro-batch, if still among the recent
+        "rows_per_second": rows_per_second(warm),
         "halt": status.get("halt"),
+        "error": status.get("error"),
     }
 
 

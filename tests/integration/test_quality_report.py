@@ -221,6 +221,28 @@ def test_the_trend_counts_failed_checks_and_unexpected_values_of_the_latest_atte
     ]
 
 
+def test_the_latency_section_gives_seconds_after_arrival_of_every_migrated_batch():
+    def at(seconds: float) -> dt.datetime:
+        return NOW + dt.timedelta(seconds=seconds)
+
+    stages = (("stage", "done"), ("transform", "done"), ("migrate", "done"))
+    batches = tuple(
+        qr.BatchState(b, (2,), NOW, stages, done_at=(("stage", at(s)), ("transform", at(c)), ("migrate", at(v))))
+        for b, s, c, v in [(1, 0.5, 2.0, 3.0), (2, 0.25, 1.0, 1.5), (3, 1.0, 5.0, 9.0)]
+    ) + (qr.BatchState(4, (2,), NOW, (("stage", "done"), ("transform", "pending"), ("migrate", "pending")),
+                       done_at=(("stage", at(0.75)), ("transform", None), ("migrate", None))),)  # fmt: skip
+    data = qr.QualityData(results=(), batches=batches)
+    page = Page(qr.render_summary(data, {}, GENERATED))
+    assert page.text_of("latency").startswith(
+        "Arrival -> visible in PostgreSQL over 3 migrated micro-batch(es): p50 3.00 s, p99 9.00 s."
+    )
+    assert page.text_of("latency-table") == (
+        "micro-batch staged (s) committed in Delta (s) visible (s) 1 0.50 2.00 3.00 2 0.25 1.00 1.50 3 1.00 5.00 9.00"
+    )
+    empty = Page(qr.render_summary(qr.QualityData(results=(), batches=batches[3:]), {}, GENERATED))
+    assert empty.text_of("latency") == "No micro-batch migrated yet."
+
+
 def test_a_lake_without_results_gives_a_page_that_says_so(tmp_path: Path):
     outcome = qr.write_report(Lake(tmp_path / "lake"), tmp_path / "quality", now=GENERATED)
     text = outcome.index.read_text()

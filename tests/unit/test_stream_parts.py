@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.stream import Round, Trigger, held_parts, next_round, percentile, rows_per_second, waiting_files
+from streamdi.stream import (
+    Round,
+    Trigger,
+    held_parts,
+    next_round,
+    percentile,
+    rows_per_second,
+    summary,
+    waiting_files,
+)
 
 
 def test_trigger_fires_after_the_interval_or_at_the_size():
@@ -138,6 +147,28 @@ def test_rows_per_second_is_over_the_stages_run_time():
     ]
     assert rows_per_second(recent) == 100.0
     assert rows_per_second([]) is None
+
+
+def test_the_summary_leaves_the_cold_first_micro_batch_out_of_the_percentiles():
+    status = {
+        "state": "idle",
+        "pid": 7,
+        "updated_at": "t",
+        "waiting_files": 0,
+        "lag_seconds": 0.0,
+        "batches_done": 4,
+        "recent": [
+            {"batch_id": 2, "rows": 50, "visible": 12.0, "seconds": {"transform": 10.0}, "cold": True},
+            {"batch_id": 3, "rows": 100, "visible": 2.0, "seconds": {"transform": 1.0}, "cold": False},
+            {"batch_id": 4, "rows": 100, "visible": 4.0, "seconds": {"transform": 1.0}, "cold": False},
+            {"batch_id": 5, "rows": 100, "visible": 3.0, "seconds": {"transform": 1.0}, "cold": False},
+        ],
+    }
+    brief = summary(status, running=True)
+    assert (brief["warm_batches"], brief["visible_p50_seconds"], brief["visible_p99_seconds"]) == (3, 3.0, 4.0)
+    assert brief["cold_visible_seconds"] == 12.0 and brief["rows_per_second"] == 100.0
+    assert summary(status, running=False)["state"] == "not running (last state: idle)"
+    assert summary(None, running=False) == {"running": False, "state": "never started"}
 
 
 def test_a_part_is_held_until_its_predecessor_arrives_or_its_grace_is_over():
