@@ -52,5 +52,7 @@ MARKET_SLICES = Table(
     ),
     key=("symbol", "level", "block"),
     order_by=("level", "block", "symbol"),
+    # a new day changes the last block of each level: a micro-batch's MERGE rewrites those files, not the table
+    file_bytes=1024 * 1024,
     doc="Per-security slices of DailyMarket (highs and lows of aligned blocks of days) for the 52-week windows.",
 )
