@@ -272,6 +272,34 @@ def _changeable(ctx: JobContext, scope: BatchScope, lines: pa.Table) -> pa.Array
     return pc.unique(pa.concat_arrays([p.cast(kind) for p in parts]))
 
 
+def _line_columns(lines: pa.Table) -> pa.Table:
+    return lines.select(["agencyid", "source_batch", *FIELDS])
+
+
+def earlier_lines(ctx: JobContext, scope: BatchScope, ids: pa.Array, current: int) -> pa.Table:
+    """What `prospect_rows` needs of the prospects `ids` before TPC-DI batch `current`, read at a cost that does not
+    grow with the number of batches: a prospect whose Prospect row an earlier batch wrote is one line made of that
+    row -- its fields (normalized, as the lines were) at the batch that last changed it (`batchid`) -- which gives
+    the same update batch as all of its earlier lines (the row's fields are those of the latest earlier snapshot
+    listing it, and its `batchid` the update batch that snapshot had); a prospect whose row a micro-batch of
+    `current` already rewrote gets its staged lines of the earlier dated batches."""
+    columns = ["agencyid", "source_batch", *FIELDS]
+    kept = ["agencyid", "sk_recorddateid", "batchid", *FIELDS]
+    if ctx.lake.exists(wh.PROSPECT):
+        rows = ctx.lake.read_where(wh.PROSPECT, pc.field("agencyid").isin(ids), kept)
+        rewritten = pc.equal(rows["sk_recorddateid"], ao.date_id(scope.batch_dates[current]))
+        before, again = rows.filter(pc.invert(rewritten)), rows.filter(rewritten)["agencyid"].combine_chunks()
+    else:  # no row yet: every earlier line, if there is any
+        before, again = wh.PROSPECT.arrow_schema().empty_table().select(kept), ids
+    earlier = scope.staged_where(
+        ctx, LINES, _dated(scope) & (pc.field("source_batch") != current) & pc.field("agencyid").isin(again), columns
+    )
+    stand_ins = pa.table(
+        {"agencyid": before["agencyid"], "source_batch": before["batchid"], **{f: before[f] for f in FIELDS}}
+    )
+    return pa.concat_tables([earlier.select(columns), stand_ins.cast(earlier.select(columns).schema)])
+
+
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the prospects whose latest line is of this micro-batch's TPC-DI batch and upsert them (app
     transaction `T2/prospect`, committed even when empty). Called by T2 after its DimCustomer commit. A micro-batch
@@ -283,16 +311,18 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     rows = wh.PROSPECT.arrow_schema().empty_table()
     if current in scope.batch_dates:
         # every prospect of the batch when the micro-batch dates one, else only those it can change (a narrow read
-        # finds them; the lines of those few are then read whole)
+        # finds them; the lines of those few are then read whole); only the batch's own lines are read, the earlier
+        # ones stand in as `earlier_lines` gives them
         narrow = None if scope.newly_dated else ["agencyid", "source_batch", "batch_id", *MATCH_PARTS]
-        lines = scope.staged_where(ctx, LINES, _dated(scope), narrow)
-        ids = pc.unique(lines.filter(pc.equal(lines["source_batch"], current))["agencyid"].combine_chunks())
+        in_batch = pc.field("source_batch") == current
+        lines = scope.staged_where(ctx, LINES, in_batch, narrow)
+        ids = pc.unique(lines["agencyid"].combine_chunks())
         if narrow is not None:
             ids = pc.filter(ids, pc.is_in(ids, value_set=_changeable(ctx, scope, lines)))
             if len(ids):
-                lines = scope.staged_where(ctx, LINES, _dated(scope) & pc.field("agencyid").isin(ids))
+                lines = scope.staged_where(ctx, LINES, in_batch & pc.field("agencyid").isin(ids))
         if len(ids):
-            mine = lines.filter(pc.is_in(lines["agencyid"], value_set=ids))
+            mine = pa.concat_tables([_line_columns(lines), earlier_lines(ctx, scope, ids, current)])
             keys = pa.array([], pa.large_string())
             if ctx.lake.exists(wh.DIM_CUSTOMER):
                 is_current = pc.field("iscurrent") == True  # noqa: E712 - a pyarrow expression, not a Python test

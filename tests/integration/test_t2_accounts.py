@@ -503,6 +503,41 @@ def test_prospects_from_every_snapshot_with_their_dates_batch_and_customer_match
     assert by(table(ctx, wh.PROSPECT), "agencyid") == EXPECTED_PROSPECTS
 
 
+def test_a_third_snapshot_dates_each_prospect_by_the_batch_that_last_changed_it(spark, tmp_path_factory):
+    """Batch 3 lists AAA9 again unchanged after batch 2 dropped it (updated in batch 1), CCC1 unchanged since batch 2
+    changed it, and DDD1 changed; EEE1 is dropped. Batch 3 reads only its own lines: the earlier ones stand in as
+    the Prospect rows the earlier batches left."""
+    ctx = make_context(spark, tmp_path_factory.mktemp("t2-three"))
+    stage(ctx, 1, CUSTOMER_MGMT, ACTIONS)
+    stage(ctx, 1, src.PROSPECT.staging, PROSPECTS_1)
+    accounts.run(ctx, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
+    stage(ctx, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
+    stage(ctx, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
+    stage(ctx, 2, src.PROSPECT.staging, PROSPECTS_2)
+    accounts.run(ctx, scope(2, [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,), (2,)))
+    b3 = D(2017, 7, 9)
+    third = [
+        {**line, "source_batch": 3, "source_file": "Batch3/Prospect.csv", "line_no": n}
+        for n, line in enumerate([AAA9, CCC1_2, {**DDD1_2, "networth": 5}], start=1)
+    ]
+    stage(ctx, 3, src.PROSPECT.staging, third)
+    dates = {1: B1, 2: B2, 3: b3}
+    assert accounts.run(ctx, scope(3, ["Batch3/Prospect.csv", "Batch3/BatchDate.txt"], dates, (3,), (3,))) == {
+        "dimcustomer": 0, "dimaccount": 0, "dimessages": 0, "prospect": 3,
+    }  # fmt: skip
+    got = {
+        r["agencyid"]: (r["sk_recorddateid"], r["sk_updatedateid"], r["batchid"], r["networth"])
+        for r in table(ctx, wh.PROSPECT)
+    }
+    assert got == {
+        "AAA9": (20170709, 20170707, 1, AAA9["networth"]),
+        "BBB1": (20170707, 20170707, 1, 10),
+        "CCC1": (20170709, 20170708, 2, CCC1["networth"]),
+        "DDD1": (20170709, 20170709, 3, 5),
+        "EEE1": (20170708, 20170708, 2, 150_000),
+    }
+
+
 def test_rows_reported_per_table(loaded):
     _, first, second = loaded
     # batch 1: every version of customers 1, 2, 3, 5 and of accounts 100..500; the 3 alerts; the 4 prospects
