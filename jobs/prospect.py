@@ -34,7 +34,9 @@ DimCustomer at the end of its latest batch. Each T2 run recomputes every prospec
 micro-batch's TPC-DI batch (`current`), and only those: a prospect whose line of that batch has not arrived yet
 (or that the batch's snapshot drops) keeps the row the end of its latest batch gave it, exactly as a load of the
 whole batch leaves it, and a later micro-batch of the batch that changes a customer recomputes the prospects it may
-match. The MERGE leaves equal rows alone. DimCustomer versions take their demographics when T2 rebuilds them; a
+match. Only the batch's own lines are read: the earlier batches stand in as the Prospect rows they left
+(`earlier_lines`), so a batch costs the size of its snapshot, not the number of batches before it. The MERGE leaves
+equal rows alone. DimCustomer versions take their demographics when T2 rebuilds them; a
 prospect line that arrives after the versions it matches were written rebuilds those customers
 (`customers_matching_new_lines`), so a split batch ends with the demographics of a whole one.
 """
