@@ -449,10 +449,10 @@ class StreamService:
         cut, also every file outside the round the trigger fired for (every file in a run the trigger did not start:
         a (re)start first finishes the batch log's pending work, and cuts nothing)."""
         held = held_parts(new, registered, self._first_seen, time.monotonic(), self.grace)
-        if self.trigger.cut == "round" and (not self._cutting or self._round is None):
-            return set(new)  # a run that finishes pending work cuts nothing: rounds are cut only when they fire
-        if self.trigger.cut == "round" and self._round is not None:
+        if self.trigger.cut == "round":
             chosen = self._round
+            if not self._cutting or chosen is None:
+                return set(new)  # a run that finishes pending work cuts nothing: rounds are cut only when they fire
             if chosen.key is None:
                 held |= {f for f in new if f not in chosen.files}
             else:

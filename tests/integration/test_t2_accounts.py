@@ -287,10 +287,9 @@ def table(ctx: JobContext, t) -> list[dict]:
     return ctx.lake.read_arrow(t).to_pylist()
 
 
-@pytest.fixture(scope="module")
-def loaded(spark, tmp_path_factory):
-    """The scenario in two micro-batches: 1 = CustomerMgmt.xml (batch 1 dated), 2 = the batch 2 files."""
-    ctx = make_context(spark, tmp_path_factory.mktemp("t2-loaded"))
+def load_two_batches(ctx: JobContext) -> tuple[dict, dict]:
+    """The scenario in two micro-batches: 1 = CustomerMgmt.xml (batch 1 dated), 2 = the batch 2 files; T2's rows of
+    each."""
     stage(ctx, 1, CUSTOMER_MGMT, ACTIONS)
     stage(ctx, 1, src.PROSPECT.staging, PROSPECTS_1)
     first = accounts.run(ctx, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
@@ -299,6 +298,14 @@ def loaded(spark, tmp_path_factory):
     stage(ctx, 2, src.PROSPECT.staging, PROSPECTS_2)
     files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
     second = accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def loaded(spark, tmp_path_factory):
+    """`load_two_batches` in a lake of its own, shared by the module's tests that only read it."""
+    ctx = make_context(spark, tmp_path_factory.mktemp("t2-loaded"))
+    first, second = load_two_batches(ctx)
     return ctx, first, second
 
 
@@ -508,13 +515,7 @@ def test_a_third_snapshot_dates_each_prospect_by_the_batch_that_last_changed_it(
     changed it, and DDD1 changed; EEE1 is dropped. Batch 3 reads only its own lines: the earlier ones stand in as
     the Prospect rows the earlier batches left."""
     ctx = make_context(spark, tmp_path_factory.mktemp("t2-three"))
-    stage(ctx, 1, CUSTOMER_MGMT, ACTIONS)
-    stage(ctx, 1, src.PROSPECT.staging, PROSPECTS_1)
-    accounts.run(ctx, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
-    stage(ctx, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
-    stage(ctx, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
-    stage(ctx, 2, src.PROSPECT.staging, PROSPECTS_2)
-    accounts.run(ctx, scope(2, [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,), (2,)))
+    load_two_batches(ctx)
     b3 = D(2017, 7, 9)
     third = [
         {**line, "source_batch": 3, "source_file": "Batch3/Prospect.csv", "line_no": n}
