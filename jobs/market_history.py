@@ -27,7 +27,8 @@ than re-reading a year of DailyMarket for every new day, the step keeps, per sec
 (highest DM_HIGH and lowest DM_LOW, each with its first day) of aligned blocks of 2, 4, .., 256 days in
 `staging.market_slices` (`schemas.holds.MARKET_SLICES`; a block of level k covers days j*2**k .. (j+1)*2**k - 1
 counted from 1970-01-01; the day itself, level 0, is the DailyMarket record). Any window is the union of at most
-two blocks per level (`window_nodes`: the classic decomposition of a range over a segment tree), and max/min with
+two blocks per level (`jobs.slicing.decompose`: the decomposition of a range over a segment tree; the same slices
+and blocks answer the live windows of `jobs.windows`, which build theirs in memory), and max/min with
 the earliest day on ties combine in any grouping, so a day's window is combined from about 18 slices, each shared
 by every window that covers it. A micro-batch that brings day d rebuilds the 8 blocks containing d from their two
 halves and combines the new day's window: its cost grows with the days it brings, not with the year behind them.
@@ -60,6 +61,7 @@ import pyarrow.compute as pc
 from jobs import arrow_ops as ao
 from jobs.messages import alert_rows, commit_alert_changes
 from jobs.scope import BatchScope
+from jobs.slicing import block_keys, decompose, key_parts
 from jobs.valid_at import take, valid_versions
 from schemas import sources as src
 from schemas import warehouse as wh
@@ -105,11 +107,6 @@ def decode_low(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------------ slices
-def node_keys(codes: np.ndarray, level: int | np.ndarray, blocks: np.ndarray) -> np.ndarray:
-    """One int64 per (security code, level, block): the slices' lookup key."""
-    return ((np.asarray(codes, np.int64) * 16 + level) << 32) | (np.asarray(blocks, np.int64) + (1 << 31))
-
-
 @dataclass
 class Slices:
     """Slices (security code, level, block) -> (high word, low word), sorted by key for lookups."""
@@ -180,16 +177,14 @@ def affected_blocks(codes: np.ndarray, days: np.ndarray) -> list[np.ndarray]:
     pairs, i.e. the slices a change to those days alters."""
     out = []
     for level in range(1, LEVELS + 1):
-        out.append(ao.distinct(node_keys(codes, level, np.asarray(days, np.int64) >> level)))
+        out.append(ao.distinct(block_keys(codes, level, np.asarray(days, np.int64) >> level)))
     return out
 
 
 def _children(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The keys of the two halves (level - 1) of the blocks `keys`."""
-    block = (keys & 0xFFFFFFFF) - (1 << 31)
-    code_level = keys >> 32
-    code, level = code_level // 16, code_level % 16
-    return node_keys(code, level - 1, 2 * block), node_keys(code, level - 1, 2 * block + 1)
+    code, level, block = key_parts(keys)
+    return block_keys(code, level - 1, 2 * block), block_keys(code, level - 1, 2 * block + 1)
 
 
 def rebuild_needs(changed: list[np.ndarray]) -> np.ndarray:
@@ -225,25 +220,9 @@ def rebuild_slices(changed: list[np.ndarray], known: list[Slices]) -> Slices:
 
 
 def window_segments(days: np.ndarray, window: int = WINDOW_DAYS) -> list[tuple[np.ndarray, int, np.ndarray]]:
-    """The aligned blocks that cover each window days[i] - window + 1 .. days[i]: at most two blocks per level (a
-    range query on a segment tree whose leaves are the days), as segments (query indexes, level, blocks), one per
-    level and side. A query appears at most once in a segment, and a segment keeps the order of `days`."""
-    lo = np.asarray(days, np.int64) - window + 1
-    hi = np.asarray(days, np.int64) + 1  # exclusive
-    index = np.arange(len(lo))
-    segments = []
-    for level in range(LEVELS + 2):
-        open_ = lo < hi
-        if not open_.any():
-            break
-        take_lo = open_ & ((lo & 1) == 1)
-        segments.append((index[take_lo], level, lo[take_lo]))
-        lo = lo + take_lo
-        take_hi = (lo < hi) & ((hi & 1) == 1)
-        hi = hi - take_hi
-        segments.append((index[take_hi], level, hi[take_hi]))
-        lo, hi = lo >> 1, hi >> 1
-    return [(q, level, blocks) for q, level, blocks in segments if len(q)]
+    """The aligned blocks that cover each window days[i] - window + 1 .. days[i] (`jobs.slicing.decompose`)."""
+    days = np.asarray(days, np.int64)
+    return decompose(days - window + 1, days + 1, LEVELS)
 
 
 def window_nodes(days: np.ndarray, window: int = WINDOW_DAYS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -267,9 +246,7 @@ def window_extremes(codes: np.ndarray, days: np.ndarray, stores: list[Slices]) -
     high = np.full(len(days), NO_HIGH)
     low = np.full(len(days), NO_LOW)
     for q, level, blocks in window_segments(days):
-        if level > LEVELS:
-            raise AssertionError("a window needs a block above the stored levels")
-        keys = node_keys(codes[q], level, blocks)
+        keys = block_keys(codes[q], level, blocks)
         starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
         runs = np.diff(np.r_[starts, len(keys)])
         highs, lows = lookup(stores, keys[starts])
@@ -281,7 +258,7 @@ def window_extremes(codes: np.ndarray, days: np.ndarray, stores: list[Slices]) -
 def window_needs(codes: np.ndarray, days: np.ndarray) -> np.ndarray:
     """The distinct slice keys the windows of the (code, day) pairs combine."""
     codes = np.asarray(codes, np.int64)
-    keys = [node_keys(codes[q], level, blocks) for q, level, blocks in window_segments(days)]
+    keys = [block_keys(codes[q], level, blocks) for q, level, blocks in window_segments(days)]
     return ao.distinct(np.concatenate(keys)) if keys else np.array([], np.int64)
 
 
@@ -314,7 +291,7 @@ def day_slices(codes: np.ndarray, records: pa.Table) -> Slices:
     """The level-0 slices (the days) of `records` (`effective_records`), for the security codes given per row."""
     days = ao.days(records["dm_date"])
     return Slices.of(
-        node_keys(codes, 0, days),
+        block_keys(codes, 0, days),
         high_words(ao.cents(records["dm_high"]), days),
         low_words(ao.cents(records["dm_low"]), days),
     )
@@ -330,13 +307,12 @@ def slices_from_table(rows: pa.Table, symbols: pa.Array) -> Slices:
     block = ao.column(rows, "block").to_numpy(zero_copy_only=False).astype(np.int64)
     highs = high_words(ao.cents(rows["high"]), ao.days(rows["high_date"]))
     lows = low_words(ao.cents(rows["low"]), ao.days(rows["low_date"]))
-    return Slices.of(node_keys(codes, level, block), highs, lows)
+    return Slices.of(block_keys(codes, level, block), highs, lows)
 
 
 def slices_table(slices: Slices, symbols: pa.Array) -> pa.Table:
     """Slices of levels 1.. as `staging.market_slices` rows (symbol from the code's index in `symbols`)."""
-    code_level = slices.keys >> 32
-    code, level = code_level // 16, code_level % 16
+    code, level, block = key_parts(slices.keys)
     keep = level >= 1
     high_cents, high_day = decode_high(slices.highs[keep])
     low_cents, low_day = decode_low(slices.lows[keep])
@@ -344,7 +320,7 @@ def slices_table(slices: Slices, symbols: pa.Array) -> pa.Table:
         {
             "symbol": symbols.take(pa.array(code[keep])),
             "level": pa.array(level[keep], pa.int32()),
-            "block": pa.array(((slices.keys[keep] & 0xFFFFFFFF) - (1 << 31)), pa.int32()),
+            "block": pa.array(block[keep], pa.int32()),
             "high": ao.decimals(high_cents, 8, 2),
             "high_date": pa.array(high_day.astype(np.int32), pa.int32()).cast(pa.date32()),
             "low": ao.decimals(low_cents, 8, 2),
@@ -589,7 +565,7 @@ def compute(ctx: JobContext, scope: BatchScope, what: Touched) -> Computed:
     partial_query = query & ~in_whole
     wanted = ao.union(rebuild_needs(partial_blocks), window_needs(codes[partial_query], days[partial_query]))
     wanted = wanted[~ao.member(wanted, ao.distinct(np.concatenate(changed)))]
-    level = (wanted >> 32) % 16
+    level = key_parts(wanted)[1]
     in_memory = day_slices(codes, records)
     day_keys = wanted[level == 0]
     read_days = _read_days(ctx, scope, day_keys[~ao.member(day_keys, in_memory.keys)], symbols)
@@ -651,8 +627,7 @@ def _read_days(ctx: JobContext, scope: BatchScope, keys: np.ndarray, symbols: pa
     """The level-0 slices (days) `keys` from the staged DailyMarket records."""
     if len(keys) == 0:
         return Slices.empty()
-    code = (keys >> 32) // 16
-    day = (keys & 0xFFFFFFFF) - (1 << 31)
+    code, _, day = key_parts(keys)
     names = symbols.take(pa.array(np.unique(code)))
     dates = pa.array(np.unique(day).astype(np.int32), pa.int32()).cast(pa.date32())
     cond = pc.field("dm_s_symb").isin(names.cast(pa.string())) & _any_equal("dm_date", dates.to_pylist())
@@ -664,9 +639,7 @@ def _read_slices(ctx: JobContext, keys: np.ndarray, symbols: pa.Array) -> Slices
     """The stored slices (levels 1..) `keys`."""
     if len(keys) == 0 or not ctx.lake.exists(MARKET_SLICES):
         return Slices.empty()
-    level = (keys >> 32) % 16
-    block = (keys & 0xFFFFFFFF) - (1 << 31)
-    code = (keys >> 32) // 16
+    code, level, block = key_parts(keys)
     pairs = sorted(set(zip(level.tolist(), block.tolist(), strict=True)))
     if len(pairs) <= _EQUALITIES:
         cond = _any_of([(pc.field("level") == k) & (pc.field("block") == b) for k, b in pairs])

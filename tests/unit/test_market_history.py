@@ -34,7 +34,7 @@ def from_scratch(codes, days, highs, lows):
 
 
 def by_slices(codes, days, highs, lows, known=None):
-    store = mh.Slices.of(mh.node_keys(codes, 0, days), mh.high_words(highs, days), mh.low_words(lows, days))
+    store = mh.Slices.of(mh.block_keys(codes, 0, days), mh.high_words(highs, days), mh.low_words(lows, days))
     fresh = mh.rebuild_slices(mh.affected_blocks(codes, days), [store])
     high, low = mh.window_extremes(codes, days, [fresh, store])
     hc, hd = mh.decode_high(high)
@@ -99,7 +99,7 @@ def test_days_arriving_in_micro_batches_in_any_order_give_the_whole_load_windows
     lows = rng.integers(1, 50, len(days))
     expected = from_scratch(codes, days, highs, lows)
     whole, whole_slices = by_slices(codes, days, highs, lows)
-    all_days = mh.Slices.of(mh.node_keys(codes, 0, days), mh.high_words(highs, days), mh.low_words(lows, days))
+    all_days = mh.Slices.of(mh.block_keys(codes, 0, days), mh.high_words(highs, days), mh.low_words(lows, days))
     order = rng.permutation(len(days))  # arrival order: any
     stored = mh.Slices.empty()
     seen = np.zeros(len(days), dtype=bool)
