@@ -7,9 +7,11 @@
 | T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.accounts`, `jobs.prospect` |
 | T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.trades`, `jobs.holdings`, `jobs.cash_balances` |
 | T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
+| AG   | live windows: trade_windows, market_windows (late records in DImessages) | `jobs.windows` |
 | DM   | DImessages: validation counts, phase complete | `jobs.messages` |
 
-T3 and T4 both need only T1 and T2 (T4 reads no table of T3), so they run at the same time too; alerts go to
+T3 and T4 both need only T1 and T2 (T4 reads no table of T3), so they run at the same time too; AG aggregates the
+trades of T3 and the market rows of T4 into the live windows (`schemas.windows`); alerts go to
 DImessages from every step that raises them (under its own app transaction, `T3/dimessages/factholdings`).
 
 Every commit carries the app transaction (`<step>/<table>`, micro-batch id), and a step skips a table whose
@@ -46,6 +48,7 @@ from jobs import (
     trades,
     validate,
     watches,
+    windows,
 )
 from jobs.scope import BatchScope, load_scope
 from streamdi.context import JobContext
@@ -85,7 +88,8 @@ STEPS: tuple[Step, ...] = (
     Step("T2", accounts.run, after=("T0",), checked=True, spark=True),
     Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, spark=True),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
-    Step("DM", messages.run, after=("T3", "T4")),
+    Step("AG", windows.run, after=("T3", "T4"), checked=True),
+    Step("DM", messages.run, after=("AG",)),
 )
 
 

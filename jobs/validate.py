@@ -43,6 +43,7 @@ STEP_TABLES: dict[str, tuple[Table, ...]] = {
     "T2": (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.PROSPECT),
     "T3": (wh.DIM_TRADE, wh.FACT_CASH_BALANCES, wh.FACT_HOLDINGS),
     "T4": (wh.FACT_MARKET_HISTORY, wh.FACT_WATCHES),
+    "AG": (wh.TRADE_WINDOWS, wh.MARKET_WINDOWS),
 }
 # Natural key of each SCD2 table: its current versions of the keys a micro-batch touched join the validated rows.
 NATURAL_KEYS: dict[str, str] = {

@@ -47,7 +47,8 @@ TRANSFORM_GRAPH: dict[str, tuple[str, ...]] = {
     "T2": ("T0",),
     "T3": ("T1", "T2"),
     "T4": ("T1", "T2"),
-    "DM": ("T3", "T4"),
+    "AG": ("T3", "T4"),
+    "DM": ("AG",),
 }
 TRANSFORM_STEP_DOCS: dict[str, str] = {
     "T0": "reference: DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker",
@@ -55,6 +56,7 @@ TRANSFORM_STEP_DOCS: dict[str, str] = {
     "T2": "accounts: DimCustomer, DimAccount, Prospect",
     "T3": "trades: DimTrade, FactHoldings, FactCashBalances",
     "T4": "market: FactMarketHistory, FactWatches",
+    "AG": "live windows: trade_windows, market_windows",
     "DM": "DImessages: validation rows, phase complete; marks the transform done",
 }
 

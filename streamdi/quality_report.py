@@ -7,6 +7,7 @@ time, so the hot path pays nothing for pages. It writes under `<STREAMDI_HOME>/r
 - `index.html`: our summary (plain HTML, inline CSS and SVG, no script, nothing fetched from the network):
   micro-batches x validated tables with the worst action per cell, the failing checks, halted and skipped
   batches with the operator commands, a trend of failure rates, and the quarantined rows per table;
+- `windows.html`: the live windows plotted, and their late records (`streamdi.windows_report`);
 - `data_docs/`: Great Expectations Data Docs built by GX's own site builder from `ExpectationSuiteValidationResult`
   objects reconstructed from the stored rows: one validation page per (micro-batch, attempt, table), a page
   per suite, and GX's index. Every summary cell links to its table's validation page.
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from schemas.platform import BATCH_EVENTS
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
+from streamdi import windows_report
 from streamdi.batchlog import operator_commands
 from streamdi.lake import Lake
 
@@ -544,9 +546,12 @@ def render_summary(
     data: QualityData,
     pages: dict[tuple[int, int, str], str],
     generated_at: dt.datetime,
+    late_records: int | None = None,
 ) -> str:
     """The summary page (`index.html`). `pages` are the Data Docs pages by (micro-batch, attempt, table), relative
-    to the page; a cell without one is not linked. Deterministic for the same data except the generation time."""
+    to the page; a cell without one is not linked. `late_records`: the live windows' late records, with a link to
+    their page (`streamdi.windows_report`), when it was written. Deterministic for the same data except the
+    generation time."""
     grid = build_grid(data)
     summary = summarize(data, grid)
     parts = [
@@ -565,6 +570,7 @@ def render_summary(
         _render_grid(data, grid, pages),
         _render_trend(trend(grid)),
         _render_latency(data),
+        _render_windows(late_records),
         _render_quarantine(data),
         "</body></html>",
     ]
@@ -793,6 +799,20 @@ def _render_latency(data: QualityData) -> str:
     )
 
 
+def _render_windows(late_records: int | None) -> str:
+    if late_records is None:
+        return ""
+    late = (
+        "no late record"
+        if not late_records
+        else f"{late_records:,} late record(s) past their grace, counted in no window (DImessages Alerts)"
+    )
+    return (
+        '<h2>Live windows</h2><p id="windows">Trade and market aggregates per window and hierarchy level, plotted: '
+        f'<a id="windows-page" href="windows.html">live windows</a>; {late}.</p>'
+    )
+
+
 def _render_quarantine(data: QualityData) -> str:
     per_table: dict[str, tuple[int, list[int]]] = {}
     for table, b, n in data.quarantined:
@@ -876,8 +896,12 @@ def write_report(lake: Lake, out_dir: Path, *, now: dt.datetime, data_docs: bool
         elif not data.results and site.exists():
             shutil.rmtree(site)  # no results any more (a new lake): no stale pages
         started = time.perf_counter()
+        windows = windows_report.gather(lake)
+        _write_atomically(out_dir / "windows.html", windows_report.render(windows, now))
+        seconds["windows"] = time.perf_counter() - started
+        started = time.perf_counter()
         page = out_dir / "index.html"
-        _write_atomically(page, render_summary(data, pages, now))
+        _write_atomically(page, render_summary(data, pages, now, windows_report.late_total(windows)))
         seconds["summary"] = time.perf_counter() - started
     return ReportOutcome(
         index=page,

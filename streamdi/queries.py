@@ -33,7 +33,36 @@ GROUP BY type
 ORDER BY type""",
 )
 
-NAMED_QUERIES: dict[str, NamedQuery] = {q.name: q for q in (TRADE_SUMMARY,)}
+SECTOR_DAY = NamedQuery(
+    name="sector_day",
+    description=(
+        "the live window trades_day per sector on the latest day that has trades: completed trades, shares and "
+        "value traded, commissions (warehouse.trade_windows; see docs/windows.md)"
+    ),
+    sql="""SELECT node AS sector, window_start::date AS day, trades, quantity, value, commission
+FROM dw.trade_windows
+WHERE window_name = 'trades_day' AND level = 'sector'
+  AND window_start = (SELECT max(window_start) FROM dw.trade_windows
+                      WHERE window_name = 'trades_day' AND level = 'sector')
+ORDER BY value DESC, sector""",
+)
+
+BROKER_WEEK = NamedQuery(
+    name="broker_week",
+    description=(
+        "the ten brokers with the highest commissions in the latest week (Monday to Sunday) of the live window "
+        "trades_week, with their trades and value traded"
+    ),
+    sql="""SELECT node AS broker, window_start::date AS week, trades, value, commission
+FROM dw.trade_windows
+WHERE window_name = 'trades_week' AND level = 'broker'
+  AND window_start = (SELECT max(window_start) FROM dw.trade_windows
+                      WHERE window_name = 'trades_week' AND level = 'broker')
+ORDER BY commission DESC, broker
+LIMIT 10""",
+)
+
+NAMED_QUERIES: dict[str, NamedQuery] = {q.name: q for q in (TRADE_SUMMARY, SECTOR_DAY, BROKER_WEEK)}
 
 
 def resolve(sql_or_name: str) -> tuple[str | None, str]:

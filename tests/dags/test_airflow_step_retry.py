@@ -23,7 +23,7 @@ from snapshots import delta_warehouse
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 SCALE = 0.001
-STEPS = [f"transform.{step}" for step in ("T0", "T1", "T2", "T3", "T4", "DM")]
+STEPS = [f"transform.{step}" for step in ("T0", "T1", "T2", "T3", "T4", "AG", "DM")]
 HISTORICAL = ["deliver", "collect", "stage", "validate", *STEPS, "migrate", "audit"]
 
 

@@ -21,7 +21,7 @@ from streamdi.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-STEP_TASKS = [f"transform.{step}" for step in ("T0", "T1", "T2", "T3", "T4", "DM")]
+STEP_TASKS = [f"transform.{step}" for step in ("T0", "T1", "T2", "T3", "T4", "AG", "DM")]
 INCREMENTAL_TASKS = ["collect", "stage", *STEP_TASKS, "migrate"]
 
 # Known figures of the bundled reference sample (streamdi/sample/Batch1).

@@ -6,7 +6,7 @@ import pytest
 
 from streamdi import orchestration
 
-STEPS = {f"transform.{name}" for name in ("T0", "T1", "T2", "T3", "T4", "DM")}
+STEPS = {f"transform.{name}" for name in ("T0", "T1", "T2", "T3", "T4", "AG", "DM")}
 STEP_EDGES = {
     ("transform.T0", "transform.T1"),
     ("transform.T0", "transform.T2"),
@@ -14,8 +14,9 @@ STEP_EDGES = {
     ("transform.T2", "transform.T3"),
     ("transform.T1", "transform.T4"),
     ("transform.T2", "transform.T4"),
-    ("transform.T3", "transform.DM"),
-    ("transform.T4", "transform.DM"),
+    ("transform.T3", "transform.AG"),
+    ("transform.T4", "transform.AG"),
+    ("transform.AG", "transform.DM"),
 }
 EXPECTED_EDGES = {
     "streamdi_setup": {

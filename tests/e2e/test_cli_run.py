@@ -57,6 +57,8 @@ EXPECTED_COUNTS = {
     "factholdings": 0,
     "factmarkethistory": 0,
     "factwatches": 0,
+    "trade_windows": 0,
+    "market_windows": 0,
     # DM: the 24 validation rows and a phase-complete row for batch 0 (before Batch1) and for batch 1
     "dimessages": 50,
 }

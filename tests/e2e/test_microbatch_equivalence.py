@@ -7,7 +7,7 @@ micro-batch costs seconds of fixed Spark work, and the suite must fit CI's budge
 their tables after every third file, so the comparison also covers compaction. Separately, Batch1 +
 Batch2 of a smaller data set load with 1 and 8 shuffle partitions. Each variant runs collect -> stage ->
 transform in this process (PostgreSQL is not involved: migration has its own tests) and every warehouse table
-is compared.
+is compared (the live windows also against a from-scratch computation, tests/windows_oracle.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from builders import at_scale, trim_calendar
+from windows_oracle import expected_windows, stored_windows
 
 from schemas import sources as src
 from schemas.model import Table
@@ -81,6 +82,10 @@ def test_batch2_dripped_in_micro_batches_equals_batch2_loaded_whole(data_sf01, a
     expected = warehouse_rows(whole)
     assert expected["dimtrade"] and expected["dimcustomer"] and expected["dimaccount"]
     assert any(r["batchid"] == 2 for r in expected["dimtrade"])  # Batch2 did change trades
+    # the live windows equal a from-scratch computation over the same records
+    lake = whole.settings.lake_root
+    assert stored_windows(lake) == expected_windows(lake)
+    assert expected["trade_windows"] and expected["market_windows"]
 
     for parts in DRIP_PARTS:
         # the dripped loads compact a table as soon as it has 3 small files: compaction must not change a row

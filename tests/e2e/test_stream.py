@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_runs import STREAMDI, copy_home, env_for, snapshot
+from windows_oracle import expected_windows, stored_windows
 
 from streamdi.batchlog import BatchLog
 from streamdi.collector import part_of
@@ -126,6 +127,8 @@ def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_pa
     reported = {name for detail in stage_details(home) for name in (detail.get("duplicates") or {})}
     assert reported == duplicates
     assert_equals_reference(home, expected)
+    # the live windows equal a from-scratch computation over the same records
+    assert stored_windows(home / "lake") == expected_windows(home / "lake")
 
     status = subprocess.run([STREAMDI, "stream", "status"], env=env_for(home), capture_output=True, text=True)
     assert status.returncode == 0, status.stderr

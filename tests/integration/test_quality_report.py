@@ -313,8 +313,10 @@ def test_every_link_of_the_summary_resolves_and_the_report_is_deterministic(writ
     page = Page(outcome.index.read_text())
     local = [link for link in page.links if "://" not in link]
     # a link per validated cell, the earlier attempt, the halting check, the Data Docs index, and the batch-log page
-    # beside the report's folder (`orchestration.write_report_pages` writes it with the report; not written here)
-    assert len(local) == 6 + 1 + 1 + 1 + 1
+    # beside the report's folder (`orchestration.write_report_pages` writes it with the report; not written here),
+    # and the live-windows page
+    assert len(local) == 6 + 1 + 1 + 1 + 1 + 1
+    assert "windows.html" in local
     assert local.count("../index.html") == 1
     local.remove("../index.html")
     for link in local:
@@ -325,7 +327,8 @@ def test_every_link_of_the_summary_resolves_and_the_report_is_deterministic(writ
     # the same data gives the same page and the same file names; no stale or temporary files are left behind
     assert outcome.index.read_text() == first_index
     assert sorted(p.relative_to(out).as_posix() for p in (out / qr.DATA_DOCS).rglob("*.html")) == first_files
-    assert sorted(p.name for p in out.iterdir()) == [".report.lock", qr.DATA_DOCS, "index.html"]
+    assert sorted(p.name for p in out.iterdir()) == [".report.lock", qr.DATA_DOCS, "index.html", "windows.html"]
+    assert page.text_of("windows").endswith("live windows; no late record.")
 
 
 def test_data_docs_load_nothing_from_the_network(written):

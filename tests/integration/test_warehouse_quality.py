@@ -164,6 +164,8 @@ def test_the_shipped_warehouse_suites_load_and_cover_every_table_a_step_builds()
         "warehouse.factholdings",
         "warehouse.factmarkethistory",
         "warehouse.factwatches",
+        "warehouse.trade_windows",
+        "warehouse.market_windows",
     }
     assert built <= set(suites)
     # every SCD2 table halts on a second current version, DimTrade on a second row per trade, Prospect on a second

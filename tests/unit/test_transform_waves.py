@@ -10,8 +10,8 @@ from jobs import transform
 from jobs.transform import STEPS, Step, waves
 
 
-def test_the_declared_steps_run_in_four_waves_with_t1_and_t2_and_then_t3_and_t4_together():
-    assert [[s.name for s in wave] for wave in waves(STEPS)] == [["T0"], ["T1", "T2"], ["T3", "T4"], ["DM"]]
+def test_the_declared_steps_run_in_five_waves_with_t1_and_t2_and_then_t3_and_t4_together():
+    assert [[s.name for s in wave] for wave in waves(STEPS)] == [["T0"], ["T1", "T2"], ["T3", "T4"], ["AG"], ["DM"]]
 
 
 def test_an_unsatisfiable_dependency_is_refused():
@@ -39,9 +39,9 @@ def test_steps_of_one_wave_run_at_the_same_time_and_waves_in_order(monkeypatch):
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     report = transform.run(None, 7)
     assert order[0] == "T0" and sorted(order[1:3]) == ["T1", "T2"]
-    assert sorted(order[3:5]) == ["T3", "T4"] and order[5:] == ["DM"]
-    assert report.rows == {"T0": 1, "T1": 1, "T2": 1, "T3": 1, "T4": 1, "DM": 1}
-    assert list(report.seconds) == ["T0", "T1", "T2", "T3", "T4", "DM"]
+    assert sorted(order[3:5]) == ["T3", "T4"] and order[5:] == ["AG", "DM"]
+    assert report.rows == {"T0": 1, "T1": 1, "T2": 1, "T3": 1, "T4": 1, "AG": 1, "DM": 1}
+    assert list(report.seconds) == ["T0", "T1", "T2", "T3", "T4", "AG", "DM"]
 
 
 def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch):
@@ -58,11 +58,11 @@ def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch):
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     with pytest.raises(RuntimeError, match="T1 broke"):
         transform.run(None, 7)
-    assert ran == ["T0", "T2"]  # T2 (same wave) finished; T3, T4 and DM never started
+    assert ran == ["T0", "T2"]  # T2 (same wave) finished; T3, T4, AG and DM never started
 
 
-def test_t0_to_t4_are_followed_by_their_warehouse_suites_and_dm_is_not():
+def test_t0_to_t4_and_ag_are_followed_by_their_warehouse_suites_and_dm_is_not():
     from jobs.validate import STEP_TABLES
 
-    assert [s.name for s in STEPS if s.checked] == ["T0", "T1", "T2", "T3", "T4"]
-    assert sorted(STEP_TABLES) == ["T0", "T1", "T2", "T3", "T4"]
+    assert [s.name for s in STEPS if s.checked] == ["T0", "T1", "T2", "T3", "T4", "AG"]
+    assert sorted(STEP_TABLES) == ["AG", "T0", "T1", "T2", "T3", "T4"]

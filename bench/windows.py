@@ -1,0 +1,189 @@
+"""Cost of the live windows per micro-batch as the number of concurrent windows grows: shared slices against
+per-window buckets.
+
+Usage: .venv/bin/python bench/windows.py --home DIR [--days 30] [--counts 1,4,16,64] [--repeat 3] [--dense 100000]
+
+DIR is a streamdi home with a loaded warehouse (e.g. `streamdi load --data <SF 3> --batch 1`). Its completed trades
+are read and routed once (`jobs.windows.TradeSource.read`, not timed); then every one of the last `--days` days of
+trades is one micro-batch: the windows whose span touches that day are recomputed from the records they cover,
+exactly as step AG does after its reads (warm, in this process, no I/O), for N concurrent sliding windows (slide
+1 hour, sizes spread from 1 hour to 7 days, rolled up to industry and sector), two ways:
+- **shared**: `jobs.windows.results`: records cut into hourly slices once per level, blocks of slices built once,
+  every window combined from the blocks that cover it (Scotty's stream slicing with an aggregate tree);
+- **per window**: each window bucketed on its own, every record added to every window that contains it (the
+  classic per-window buckets: a record of a 7-day window sliding by the hour lands in 168 buckets).
+Both produce the same rows (checked). TPC-DI's trades are sparse per node and hour (SF 3: ~200 completed trades a
+day over ~100 industries), so a slice seldom holds more than one record; `--dense R` adds a second workload of R
+synthetic records per day (same nodes, uniform times) where slices hold many records. Prints, per workload and N:
+output rows per micro-batch, the median milliseconds per micro-batch of each way, their ratio, and records/s (the
+records the micro-batch's windows cover, over the time).
+Writes bench/out/windows.json. The end-to-end delay of an aggregate inside the stream service is the stream's
+arrival -> visible latency (the window rows commit in the micro-batch's transform and migrate with it): see
+bench/stream.py, whose step breakdown shows AG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from jobs import windows as win  # noqa: E402
+from schemas import windows as ws  # noqa: E402
+from streamdi.context import JobContext  # noqa: E402
+from streamdi.lake import Lake  # noqa: E402
+from streamdi.settings import Settings  # noqa: E402
+
+H = dt.timedelta(hours=1)
+LEVELS = (ws.INDUSTRY, ws.SECTOR)
+
+
+def declared(n: int) -> tuple[ws.Window, ...]:
+    """N sliding windows, slide one hour, sizes spread geometrically from 1 hour to 168 hours."""
+    sizes = sorted({max(1, round(168 ** (i / max(n - 1, 1)))) for i in range(n)})
+    extra = [s for s in range(2, 169) if s not in sizes][: n - len(sizes)]
+    return tuple(
+        ws.Window(f"w{s}h", ws.TRADES, ws.SLIDING, s * H, LEVELS, slide=H) for s in sorted([*sizes, *extra])[:n]
+    )
+
+
+def per_window(records: win.Records, windows: tuple[ws.Window, ...], span: tuple[int, int]) -> pa.Table:
+    """Every window bucketed on its own: each record goes into every window that contains it."""
+    unit = win.us(ws.SLICE[ws.TRADES])
+    ops = win.MEASURES[ws.TRADES] | win.TIMES
+    parts = []
+    for w in windows:
+        numbers = win.window_span(w, *span)
+        for level in w.levels:
+            nodes = records.nodes[level]
+            distinct = nodes.unique().sort()
+            codes = np.asarray(pa.compute.index_in(nodes, value_set=distinct), dtype=np.int64)
+            s = win.slice_index(records.ts, unit)
+            first = np.maximum((s - w.size_slices) // w.slide_slices + 1, numbers[0])
+            last = np.minimum(s // w.slide_slices, numbers[1])
+            counts = np.maximum(last - first + 1, 0)
+            row = np.repeat(np.arange(len(s)), counts)
+            k = np.repeat(first, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+            key = (codes[row] << 32) | (k + (1 << 31))
+            order = np.argsort(key, kind="stable")
+            key, row = key[order], row[order]
+            starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else key
+            values = {"first": records.ts, "last": records.ts} | {
+                m: records.measures[m] for m in win.MEASURES[ws.TRADES]
+            }
+            out = {n: win.slicing._reduce(op, values[n][row], starts) for n, op in ops.items()} if len(key) else {}
+            kk = (key[starts] & 0xFFFFFFFF) - (1 << 31) if len(key) else key
+            rows = {
+                "node": distinct.take(pa.array(key[starts] >> 32 if len(key) else key)),
+                "window_start": win.ALIGN_US + kk * w.slide_slices * unit,
+                "window_end": win.ALIGN_US + (kk * w.slide_slices + w.size_slices) * unit,
+                **({n: v for n, v in out.items()} if len(key) else {n: key for n in ops}),
+            }
+            parts.append(win._table(w.name, level, rows, np.ones(len(kk), dtype=bool), ws.TRADE_WINDOWS))
+    out = pa.concat_tables(parts)
+    return out.sort_by([(c, "ascending") for c in ws.TRADE_WINDOWS.order_by])
+
+
+def dense(records: win.Records, per_day: int, days: list[int]) -> win.Records:
+    """`per_day` records on each of `days` (and the week before, which their windows reach), at uniform times, each
+    with the nodes of a random record of `records` (a fixed seed)."""
+    rng = np.random.default_rng(11)
+    first = (days[0] - 8) * win.US_PER_DAY
+    n = per_day * (len(days) + 8)
+    ts = np.sort(rng.integers(first, (days[-1] + 1) * win.US_PER_DAY, n))
+    pick = pa.array(rng.integers(0, len(records), n))
+    return win.Records(
+        ts=ts,
+        batch=np.full(n, 2, np.int64),
+        ident=pa.array([f"T_ID={i}" for i in range(n)], pa.large_string()),
+        nodes={lv: records.nodes[lv].take(pick) for lv in LEVELS},
+        measures={m: v[np.asarray(pick)] for m, v in records.measures.items()},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--home", type=Path, required=True)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--counts", default="1,4,16,64")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dense", type=int, default=0, help="also R synthetic records per day (0: not)")
+    args = parser.parse_args()
+    ctx = JobContext(Settings(home=args.home), lake=Lake(args.home / "lake"))
+    started = time.perf_counter()
+    records = win.TradeSource().read(ctx, (0, win.ALIGN_US + 60 * 365 * win.US_PER_DAY))
+    print(f"{len(records):,} completed trades read and routed in {time.perf_counter() - started:.1f} s (not timed)")
+    last_day = int(records.ts.max()) // win.US_PER_DAY
+    days = [last_day - i for i in range(args.days)][::-1]
+    report = []
+    workloads = [("TPC-DI trades", records)]
+    if args.dense:
+        workloads.append((f"{args.dense:,} records a day", dense(records, args.dense, days)))
+    for workload, data in workloads:
+        print(f"-- {workload}: one day per micro-batch, the last {len(days)} days")
+        for n in (int(c) for c in args.counts.split(",")):
+            line = measure(data, declared(n), days, args.repeat) | {"workload": workload, "windows": n}
+            report.append(line)
+            print(
+                f"{n:3d} windows: {line['rows_per_micro_batch']:>8,.0f} rows, {line['records_covered']:>9,.0f} "
+                f"records / micro-batch; shared {line['shared_ms']:8.2f} ms, per window {line['per_window_ms']:8.2f} "
+                f"ms (x{line['ratio']}); records/s {line['shared_records_per_s']:,} vs "
+                f"{line['per_window_records_per_s']:,}"
+            )
+    out = REPO / "bench" / "out" / "windows.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(
+        json.dumps({"home": str(args.home), "days": args.days, "trades": len(records), "lines": report}, indent=1)
+    )
+    print(f"written {out}")
+
+
+def measure(records: win.Records, windows: tuple[ws.Window, ...], days: list[int], repeat: int) -> dict:
+    """Median over `days` of the best of `repeat` runs of each way, for one micro-batch per day."""
+    longest = max(w.size for w in windows)
+    shared_ms, own_ms, rows, covered = [], [], [], []
+    for day in days:
+        span = (day * win.US_PER_DAY, (day + 1) * win.US_PER_DAY)
+        mine = records.filter((records.ts >= span[0] - win.us(longest)) & (records.ts < span[1] + win.us(longest)))
+        ways = {
+            "shared": lambda m=mine, s=span: win.results(ws.TRADES, m, windows, s, ws.TRADE_WINDOWS),
+            "own": lambda m=mine, s=span: per_window(m, windows, s),
+        }
+        timings = {}
+        for name, fn in ways.items():
+            best = float("inf")
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                out = fn()
+                best = min(best, time.perf_counter() - t0)
+            timings[name] = (best, out)
+        if not timings["shared"][1].equals(timings["own"][1]):
+            raise SystemExit(f"the two ways differ on day {day} with {len(windows)} windows")
+        shared_ms.append(timings["shared"][0] * 1000)
+        own_ms.append(timings["own"][0] * 1000)
+        rows.append(timings["shared"][1].num_rows)
+        covered.append(len(mine))
+    line = {
+        "rows_per_micro_batch": statistics.median(rows),
+        "records_covered": statistics.median(covered),
+        "shared_ms": round(statistics.median(shared_ms), 2),
+        "per_window_ms": round(statistics.median(own_ms), 2),
+    }
+    line["ratio"] = round(line["per_window_ms"] / line["shared_ms"], 2)
+    line["shared_records_per_s"] = round(line["records_covered"] / line["shared_ms"] * 1000)
+    line["per_window_records_per_s"] = round(line["records_covered"] / line["per_window_ms"] * 1000)
+    return line
+
+
+if __name__ == "__main__":
+    main()
