@@ -324,27 +324,50 @@ def _iso(ts_us: int) -> str:
 # ------------------------------------------------------------------------------------------------ sources
 @dataclass(frozen=True)
 class Changes:
-    """The records a micro-batch changed (before and after images that differ), as event times and batches."""
+    """The records a micro-batch changed (before and after images that differ), as event times and batches; their
+    message keys are made only when asked for (most micro-batches raise and clear no Alert)."""
 
     ts: np.ndarray  # event time of each changed record that counts (completed trades, market rows)
     batch: np.ndarray  # its TPC-DI batch
     after: np.ndarray  # True for an after image (the record now), False for a before image
-    ident: pa.Array  # message keys of every changed record (counting or not)
     batches: np.ndarray  # TPC-DI batches of every changed record
+    rows: pa.Table  # every changed record (counting or not)
+    counting: np.ndarray  # which of `rows` count (ts, batch and after are theirs, in order)
+    key_of: Callable[[pa.Table], pa.Array]  # message keys of rows
+
+    @property
+    def ident(self) -> pa.Array:
+        """Message keys of every changed record."""
+        return self.key_of(self.rows)
+
+    def counted(self, which: np.ndarray) -> pa.Array:
+        """Message keys of the counting records selected by `which` (parallel to ts)."""
+        return self.key_of(self.rows.filter(pa.array(self.counting)).filter(pa.array(which)))
+
+    @classmethod
+    def none(cls) -> Changes:
+        nothing = np.array([], np.int64)
+        return cls(nothing, nothing, np.array([], bool), nothing, pa.table({}), np.array([], bool), _no_keys)
+
+
+def _no_keys(rows: pa.Table) -> pa.Array:
+    return pa.array([], pa.large_string())
 
 
 def _net_changes(feed: pa.Table | None, columns: list[str]) -> pa.Table | None:
-    """The rows of a change feed that are not cancelled by an equal row of the other side, with `_after`."""
+    """The rows of a change feed that are not cancelled by an equal row of the other side, with `_after` (a feed of
+    inserts only, the usual case, is taken as it is)."""
     if feed is None or feed.num_rows == 0:
         return None
     after = pc.is_in(feed["_change_type"], value_set=pa.array(["insert", "update_postimage"]))
+    if pc.all(after).as_py():
+        return feed.select(columns).append_column("_after", after)
     signed = feed.select(columns).append_column("_sign", pc.if_else(after, 1, -1).cast(pa.int64()))
     net = signed.group_by(columns, use_threads=False).aggregate([("_sign", "sum")])
     net = net.filter(pc.not_equal(net["_sign_sum"], 0))
     if net.num_rows == 0:
         return None
-    net = net.append_column("_after", pc.greater(net["_sign_sum"], 0))
-    return ao.sort(net, columns)
+    return net.append_column("_after", pc.greater(net["_sign_sum"], 0))
 
 
 class TradeSource:
@@ -365,8 +388,10 @@ class TradeSource:
             ts=self._ts(done),
             batch=ao.column(done, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
             after=np.asarray(done["_after"], dtype=bool),
-            ident=self._ident(net),
             batches=ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
+            rows=net,
+            counting=counts,
+            key_of=self._ident,
         )
 
     @staticmethod
@@ -383,15 +408,21 @@ class TradeSource:
             return self.table.arrow_schema().empty_table().select(columns)
         return ctx.lake.read_where(self.table, (pc.field("status") == "Completed") & cond, columns)
 
+    def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        """(event time, TPC-DI batch, message key) of the records in `span`, without routing them."""
+        rows = self._completed(ctx, _date_range("sk_closedateid", span), _STAMP_COLUMNS)
+        ts = self._ts(rows)
+        keep = (ts >= span[0]) & (ts < span[1])
+        rows = rows.filter(pa.array(keep))
+        return ts[keep], ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64), self._ident(rows)
+
     def latest_of(self, ctx: JobContext, batch: int) -> int | None:
         rows = self._completed(ctx, pc.field("batchid") == batch, ["sk_closedateid", "sk_closetimeid"])
         return int(self._ts(rows).max()) if rows.num_rows else None
 
     def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
-        first, last = (ao.date_ids(np.array([t // US_PER_DAY]))[0] for t in (span[0], span[1] - 1))
         columns = [*self._FEED, "sk_companyid", "sk_customerid", "sk_brokerid"]
-        cond = (pc.field("sk_closedateid") >= int(first)) & (pc.field("sk_closedateid") <= int(last))
-        rows = self._completed(ctx, cond, columns)
+        rows = self._completed(ctx, _date_range("sk_closedateid", span), columns)
         ts = self._ts(rows)
         keep = (ts >= span[0]) & (ts < span[1])
         rows = ao.sort(rows.filter(pa.array(keep)), ["tradeid"])
@@ -429,7 +460,8 @@ class MarketSource:
         if net is None:
             return None
         batches = ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
-        return Changes(self._ts(net), batches, np.asarray(net["_after"], dtype=bool), self._ident(net), batches)
+        every = np.ones(net.num_rows, dtype=bool)
+        return Changes(self._ts(net), batches, np.asarray(net["_after"], dtype=bool), batches, net, every, self._ident)
 
     @staticmethod
     def _ts(rows: pa.Table) -> np.ndarray:
@@ -439,6 +471,16 @@ class MarketSource:
     def _ident(rows: pa.Table) -> pa.Array:
         return _joined("SYMB=", rows["symbol"], ":DATE=", rows["sk_dateid"])
 
+    def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        """(event time, TPC-DI batch, message key) of the records in `span`."""
+        columns = ["symbol", "sk_dateid", "batchid"]
+        if not ctx.lake.exists(self.table):
+            rows = self.table.arrow_schema().empty_table().select(columns)
+        else:
+            rows = ctx.lake.read_where(self.table, _date_range("sk_dateid", span), columns)
+        batch = ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
+        return self._ts(rows), batch, self._ident(rows)
+
     def latest_of(self, ctx: JobContext, batch: int) -> int | None:
         if not ctx.lake.exists(self.table):
             return None
@@ -446,8 +488,7 @@ class MarketSource:
         return int(self._ts(rows).max()) if rows.num_rows else None
 
     def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
-        first, last = (ao.date_ids(np.array([t // US_PER_DAY]))[0] for t in (span[0], span[1] - 1))
-        cond = (pc.field("sk_dateid") >= int(first)) & (pc.field("sk_dateid") <= int(last))
+        cond = _date_range("sk_dateid", span)
         columns = [*self._FEED, "sk_companyid"]
         if ctx.lake.exists(self.table):
             rows = ao.sort(ctx.lake.read_where(self.table, cond, columns), ["symbol", "sk_dateid"])
@@ -469,6 +510,13 @@ class MarketSource:
 
 
 SOURCES = {ws.TRADES: TradeSource(), ws.MARKET: MarketSource()}
+_STAMP_COLUMNS = ["tradeid", "sk_closedateid", "sk_closetimeid", "batchid"]
+
+
+def _date_range(column: str, span: tuple[int, int]) -> pc.Expression:
+    """`column` (a DimDate id) within the days of the span [lo, hi) of µs."""
+    first, last = (int(ao.date_ids(np.array([t // US_PER_DAY]))[0]) for t in (span[0], span[1] - 1))
+    return (pc.field(column) >= first) & (pc.field(column) <= last)
 
 
 def _joined(*parts: str | pa.ChunkedArray) -> pa.Array:
@@ -675,25 +723,23 @@ def run_source(ctx: JobContext, scope: BatchScope, src) -> dict[str, int]:
     )
     if changes is None and not hierarchy_changed:
         return {}
-    empty = Changes(
-        *(np.array([], np.int64),) * 2, np.array([], bool), pa.array([], pa.large_string()), np.array([], np.int64)
-    )
-    changes = changes or empty
+    changes = changes or Changes.none()
     grace = us(ws.GRACE[source])
     before = read_latest(ctx, source)
     latest = update_latest(ctx, src, before, changes)
-    horizon = max([*latest.values(), *changes.ts.tolist(), 0]) + US_PER_DAY
-    spans = [(int(t), int(t) + 1) for t in changes.ts.tolist()]
-    spans += watermark_moves(before, latest, grace)
-    spans += hierarchy_changes(ctx, scope, source, horizon)
-    computed = compute(ctx, src, spans, latest)
+    end_of_time = max([*latest.values(), *changes.ts.tolist(), 0]) + US_PER_DAY
+    moves = watermark_moves(before, latest, grace)
+    spans = [(int(changes.ts.min()), int(changes.ts.max()) + 1)] if len(changes.ts) else []
+    spans += moves
+    spans += hierarchy_changes(ctx, scope, source, end_of_time)
+    computed = compute(ctx, src, spans, moves, changes, latest, before)
     out: dict[str, int] = {}
     if computed is not None and not scope.committed(ctx, STEP, table):
         rows, gone = computed.rows, computed.gone
         ctx.lake.upsert(table, rows, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
         out[table.name] = out.get(table.name, 0) + rows.num_rows
-    if computed is not None:
-        owners = pa.concat_arrays([computed.judged, changes.ident.cast(pa.large_string())]).to_pylist()
+    if computed is not None and (computed.alerts.num_rows or _late_alerts_exist(ctx, source)):
+        owners = pa.concat_arrays([computed.judged(), changes.ident.cast(pa.large_string())]).to_pylist()
         written = commit_alert_changes(
             ctx, scope, STEP, source, computed.alerts, source=ALERT_SOURCE[source], texts=(LATE,), owners=owners
         )
@@ -724,36 +770,122 @@ def run_source(ctx: JobContext, scope: BatchScope, src) -> dict[str, int]:
     return out
 
 
+def _late_alerts_exist(ctx: JobContext, source: str) -> bool:
+    """Whether DImessages holds a late-record Alert of `source` (without one, and none raised, there is nothing to
+    clear)."""
+    if not ctx.lake.exists(wh.DI_MESSAGES):
+        return False
+    cond = (pc.field("messagesource") == ALERT_SOURCE[source]) & (pc.field("messagetext") == LATE)
+    return ctx.lake.read_where(wh.DI_MESSAGES, cond, ["messagekey"]).num_rows > 0
+
+
 @dataclass(frozen=True)
 class Computed:
     rows: pa.Table  # window rows to upsert
-    gone: pa.Table  # keys of window rows to delete
+    gone: pa.Table  # keys of window rows to delete (recomputed away, or older than their window's horizon)
     alerts: pa.Table  # late-record alerts of the records judged
-    judged: pa.Array  # message keys of the records whose lateness was judged
+    judged: Callable[[], pa.Array]  # message keys of the records whose lateness was judged (made when needed)
 
 
-def compute(ctx: JobContext, src, spans: list[tuple[int, int]], latest: dict[int, int]) -> Computed | None:
-    """The window rows, deletions and alerts of the span of event time the `spans` cover (reads only)."""
+def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A mask over `mask`'s positions: `values` at the positions where `mask` is set, False elsewhere."""
+    out = np.zeros(len(mask), dtype=bool)
+    out[np.flatnonzero(mask)] = values
+    return out
+
+
+def horizon(window: ws.Window, latest: Mapping[int, int]) -> int:
+    """The end of time before which `window`'s rows are not kept: its `keep` before the source's latest record."""
+    return max(latest.values()) - us(window.keep) if latest else NO_TIME
+
+
+def _hull(spans: list[tuple[int, int]]) -> tuple[int, int] | None:
     spans = [s for s in spans if s[0] < s[1]]
-    if not spans:
+    return (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+
+def compute(
+    ctx: JobContext,
+    src,
+    spans: list[tuple[int, int]],
+    moves: list[tuple[int, int]],
+    changes: Changes,
+    latest: dict[int, int],
+    before: dict[int, int],
+) -> Computed | None:
+    """What the micro-batch commits (reads only): the rows of the windows that overlap `spans` and end after their
+    horizon, the rows that fell behind a horizon that moved on (`before` -> `latest`), and the lateness of the
+    records whose lateness may have changed: those the micro-batch changed, and those in the spans where a
+    watermark moved (`moves`)."""
+    source = src.name
+    grace = us(ws.GRACE[source])
+    table = ws.WINDOW_TABLES[source]
+    windows = ws.windows_of(source)
+    spans = list(spans)
+    aged = []
+    for w in windows:
+        old, new = horizon(w, before), horizon(w, latest)
+        if new < old:  # a latest record went away: rows behind the old horizon may come back
+            spans.append((max(new, 0), old))
+        elif new > old and ctx.lake.exists(table):
+            cond = (pc.field("window_name") == w.name) & (pc.field("window_end") <= _stamp(new))
+            aged.append(_stored(ctx, table, cond).select(list(table.key)))
+    span = _hull(spans)
+    rows = table.arrow_schema().empty_table()
+    gone = table.arrow_schema().empty_table().select(list(table.key))
+    if span is not None:
+        rows, gone = _recompute(ctx, src, windows, span, latest)
+    judged_span = _hull(moves)
+    mine = changes.after
+    ts, batch = changes.ts[mine], changes.batch[mine]
+    late = late_mask(ts, batch, latest, grace)
+    stamps = pa.table({"ident": changes.counted(mine & _spread(mine, late)), "ts": ts[late], "batch": batch[late]})
+    judged = [lambda: changes.counted(mine)]
+    if judged_span is not None:  # the records whose batch's watermark moved
+        more_ts, more_batch, more_ident = src.stamps(ctx, judged_span)
+        more_late = late_mask(more_ts, more_batch, latest, grace)
+        more = pa.table(
+            {"ident": more_ident.filter(pa.array(more_late)), "ts": more_ts[more_late], "batch": more_batch[more_late]}
+        )
+        stamps = ao.first_of_groups(ao.sort(pa.concat_tables([stamps, more.cast(stamps.schema)]), ["ident"]), ["ident"])
+        judged.append(lambda: more_ident)
+    alerts = late_alerts(source, stamps, latest)
+    if not aged and span is None and not len(ts) and judged_span is None:
         return None
+    gone = pa.concat_tables([gone, *aged]) if aged else gone
+    return Computed(rows, gone, alerts, lambda: pa.concat_arrays([j().cast(pa.large_string()) for j in judged]))
+
+
+def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple[int, int], latest: dict[int, int]):
+    """(rows to upsert, keys to delete) of the windows that overlap `span` and end after their
+    horizon. Sessions may chain back past their horizon: the read starts a day before it and goes further back
+    while a kept session begins within its gap of the read's start."""
     source = src.name
     table = ws.WINDOW_TABLES[source]
-    span = (min(s[0] for s in spans), max(s[1] for s in spans))
     unit = us(ws.SLICE[source])
-    reads, stored = [], []
-    for w in ws.windows_of(source):
+    needs, stored = [], []
+    sessions: list[tuple[ws.Window, int]] = []  # (window, earliest instant its sessions may need)
+    for w in windows:
+        h = horizon(w, latest)
+        after = pc.field("window_end") > _stamp(h) if h != NO_TIME else pc.scalar(True)
         if w.kind == ws.SESSION:
             gap = us(w.size)
             cond = (
                 (pc.field("window_name") == w.name)
                 & (pc.field("window_start") < _stamp(span[1] + gap))
                 & (pc.field("window_end") >= _stamp(span[0]))
+                & after
             )
             rows = _stored(ctx, table, cond)
-            reads.append(session_span(rows, span, gap))
+            lo, hi = session_span(rows, span, gap)
+            sessions.append((w, lo))
+            needs.append((max(lo, h - gap - US_PER_DAY) if h != NO_TIME else lo, hi))
         else:
             first, last = window_span(w, *span)
+            if h != NO_TIME:  # the first window that ends after the horizon
+                first = max(first, int((h - ALIGN_US - w.size_slices * unit) // (w.slide_slices * unit)) + 1)
+            if first > last:
+                continue
             lo = ALIGN_US + first * w.slide_slices * unit
             hi = ALIGN_US + (last * w.slide_slices + w.size_slices) * unit
             cond = (
@@ -762,16 +894,35 @@ def compute(ctx: JobContext, src, spans: list[tuple[int, int]], latest: dict[int
                 & (pc.field("window_start") < _stamp(hi))
             )
             rows = _stored(ctx, table, cond)
-            reads.append((lo, hi))
+            needs.append((lo, hi))
         stored.append(rows)
-    read = (min(r[0] for r in reads), max(r[1] for r in reads))
-    records = src.read(ctx, read)
-    late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
-    new = results(source, records.filter(~late), ws.windows_of(source), span, table)
-    rows, gone = ao.changes_against(new, pa.concat_tables(stored), table.key)
-    return Computed(
-        rows, gone, late_alerts(source, records.filter(late), latest), records.ident.cast(pa.large_string())
-    )
+    if not needs:
+        return table.arrow_schema().empty_table(), table.arrow_schema().empty_table().select(list(table.key))
+    read = (min(n[0] for n in needs), max(n[1] for n in needs))
+    earliest = min([read[0], *(lo for _, lo in sessions)])
+    while True:
+        records = src.read(ctx, read)
+        late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
+        new = kept(results(source, records.filter(~late), windows, span, table), windows, latest)
+        starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
+        names = new["window_name"].to_pylist() if sessions and read[0] > earliest else []
+        cut = any(
+            read[0] > lo and any(n == w.name and t < read[0] + us(w.size) for n, t in zip(names, starts, strict=True))
+            for w, lo in sessions
+        )
+        if not cut:
+            break
+        read = (max(earliest, read[0] - 2 * (read[1] - read[0])), read[1])
+    return ao.changes_against(new, pa.concat_tables(stored), table.key)
+
+
+def kept(rows: pa.Table, windows: tuple[ws.Window, ...], latest: Mapping[int, int]) -> pa.Table:
+    """The rows of windows that end after their window's horizon."""
+    if not latest or rows.num_rows == 0:
+        return rows
+    limits = {w.name: horizon(w, latest) for w in windows}
+    limit = pa.array([limits[n] for n in rows["window_name"].to_pylist()], pa.int64())
+    return rows.filter(pc.greater(rows["window_end"].cast(pa.int64()), limit))
 
 
 def _stamp(ts_us: int) -> pa.Scalar:
@@ -784,14 +935,18 @@ def _stored(ctx: JobContext, table: Table, cond: pc.Expression) -> pa.Table:
     return ctx.lake.read_where(table, cond).cast(table.arrow_schema())
 
 
-def late_alerts(source: str, late: Records, latest: dict[int, int]) -> pa.Table:
-    """One "Late record past grace" Alert per late record, in its TPC-DI batch."""
-    marks = watermarks(latest)(late.batch)
+def late_alerts(source: str, late: pa.Table | Records, latest: Mapping[int, int]) -> pa.Table:
+    """One "Late record past grace" Alert per late record (`ident`, `ts`, `batch`), in its TPC-DI batch."""
+    if isinstance(late, Records):
+        late = pa.table({"ident": late.ident, "ts": late.ts, "batch": late.batch})
+    ts = ao.column(late, "ts").to_numpy(zero_copy_only=False).astype(np.int64)
+    batch = ao.column(late, "batch").to_numpy(zero_copy_only=False).astype(np.int64)
+    marks = watermarks(latest)(batch)
     grace = ws.GRACE[source]
     data = [
         f"event time {_iso(t)} is before the watermark of batch {b} ({_iso(m)}) minus the grace ({grace})"
-        for t, b, m in zip(late.ts.tolist(), late.batch.tolist(), marks.tolist(), strict=True)
+        for t, b, m in zip(ts.tolist(), batch.tolist(), marks.tolist(), strict=True)
     ]
     return alert_rows(
-        pa.array(late.batch, pa.int64()), source=ALERT_SOURCE[source], text=LATE, data=data, key=late.ident.to_pylist()
+        pa.array(batch, pa.int64()), source=ALERT_SOURCE[source], text=LATE, data=data, key=late["ident"].to_pylist()
     )

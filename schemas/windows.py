@@ -19,6 +19,11 @@ record of the key closes it), all over the same slices of their source: a window
 it covers (`jobs.slicing`). Tumbling and sliding windows are aligned to 1970-01-05, a Monday, so that weeks start
 on Mondays and days at midnight. Only windows that hold a record are written.
 
+**Retention** (`Window.keep`, 92 days unless declared): live windows answer what is happening now, so a window's
+rows are kept while they end less than `keep` before the latest event time of the source's records (a week of
+hourly windows, a year of weekly ones); older rows are deleted as the data moves on. Like the watermark, this is a
+property of the data: any split into micro-batches ends with the same rows.
+
 **Watermark and grace** (`GRACE`), per source and TPC-DI batch, so that they are a property of the data and not
 of how it was cut into micro-batches: the watermark of TPC-DI batch b is the latest event time of the source's
 records of the batches before b; a record of batch b whose event time is earlier than that watermark minus the
@@ -57,7 +62,8 @@ ALIGN = dt.datetime(1970, 1, 5, tzinfo=dt.UTC)  # a Monday: weeks start on Monda
 
 @dataclass(frozen=True)
 class Window:
-    """One declared window: `size` (a session's gap) and, when sliding, `slide`; both whole slices of its source."""
+    """One declared window: `size` (a session's gap) and, when sliding, `slide`, both whole slices of its source;
+    its rows are kept while they end less than `keep` before the source's latest record (`RETENTION`)."""
 
     name: str
     source: str
@@ -65,6 +71,7 @@ class Window:
     size: dt.timedelta
     levels: tuple[str, ...]
     slide: dt.timedelta | None = None
+    keep: dt.timedelta = dt.timedelta(days=92)
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -79,6 +86,8 @@ class Window:
             raise ValueError(f"window {self.name}: a slide is declared for sliding windows, and only for them")
         if self.slide is not None and (self.slide <= dt.timedelta(0) or self.slide % unit):
             raise ValueError(f"window {self.name}: slide {self.slide} is not a positive multiple of the slice {unit}")
+        if self.keep < self.size:
+            raise ValueError(f"window {self.name}: keep {self.keep} is shorter than the window")
         unknown = set(self.levels) - set(LEVELS[self.source])
         if not self.levels or unknown:
             raise ValueError(f"window {self.name}: levels {sorted(unknown)} are not levels of {self.source}")
@@ -94,7 +103,15 @@ class Window:
 
 
 WINDOWS: tuple[Window, ...] = (
-    Window("trades_hour", TRADES, TUMBLING, dt.timedelta(hours=1), (SECTOR,), doc="trade volume per sector per hour"),
+    Window(
+        "trades_hour",
+        TRADES,
+        TUMBLING,
+        dt.timedelta(hours=1),
+        (SECTOR,),
+        keep=dt.timedelta(days=7),
+        doc="trade volume per sector per hour",
+    ),
     Window(
         "trades_day",
         TRADES,
@@ -109,6 +126,7 @@ WINDOWS: tuple[Window, ...] = (
         TUMBLING,
         dt.timedelta(days=7),
         (CUSTOMER, BROKER),
+        keep=dt.timedelta(days=364),
         doc="commissions per broker and trading per customer per week (Monday to Sunday)",
     ),
     Window(
@@ -134,6 +152,7 @@ WINDOWS: tuple[Window, ...] = (
         TUMBLING,
         dt.timedelta(days=7),
         (INDUSTRY, SECTOR),
+        keep=dt.timedelta(days=364),
         doc="market volume, high and low per industry and sector per week",
     ),
 )

@@ -3,8 +3,8 @@
 
 Every record is routed through the dimension versions valid on its event day by dictionary lookups, every
 tumbling and sliding window that contains it gets it, sessions are formed by walking each node's sorted records,
-and a record earlier than its batch's watermark (the latest record of the earlier batches) minus the grace counts
-nowhere. Money is summed in Decimal.
+a record earlier than its batch's watermark (the latest record of the earlier batches) minus the grace counts
+nowhere, and a window ending `keep` or more before the latest record is not kept. Money is summed in Decimal.
 """
 
 from __future__ import annotations
@@ -104,14 +104,19 @@ def expected_windows(lake) -> dict[str, list[dict]]:
         measures = {"days": 1, "volume": r["volume"], "high": r["dayhigh"], "low": r["daylow"]}
         market.append((when, r["batchid"], security_nodes(r["symbol"], day, r["sk_companyid"]), measures))
     return {
-        "trade_windows": _windows(ws.TRADES, _on_time(trades, ws.GRACE[ws.TRADES])),
-        "market_windows": _windows(ws.MARKET, _on_time(market, ws.GRACE[ws.MARKET])),
+        "trade_windows": _windows(ws.TRADES, _on_time(trades, ws.GRACE[ws.TRADES]), _latest(trades)),
+        "market_windows": _windows(ws.MARKET, _on_time(market, ws.GRACE[ws.MARKET]), _latest(market)),
     }
 
 
 def late_records(lake) -> int:
     """DImessages Alerts of late records."""
     return sum(1 for r in _rows(lake, "warehouse", "dimessages") if r["messagetext"] == "Late record past grace")
+
+
+def _latest(records: list[tuple]) -> dt.datetime | None:
+    """The latest event time of all records, late ones included."""
+    return max((r[0] for r in records), default=None)
 
 
 def _on_time(records: list[tuple], grace: dt.timedelta) -> list[tuple]:
@@ -138,7 +143,8 @@ def _combine(acc: dict, measures: dict) -> None:
             acc[name] += value
 
 
-def _windows(source: str, records: list[tuple]) -> list[dict]:
+def _windows(source: str, records: list[tuple], latest: dt.datetime | None) -> list[dict]:
+    """Every window of `source` holding an on-time record and ending after `latest` minus its `keep`."""
     out = []
     for w in ws.windows_of(source):
         for level in w.levels:
@@ -167,6 +173,8 @@ def _windows(source: str, records: list[tuple]) -> list[dict]:
             for (node, start), measures in acc.items():
                 out.append({"window_name": w.name, "level": level, "node": node, "window_start": start} | measures)
                 out[-1]["window_end"] = start + w.size
+    keep = {w.name: w.keep for w in ws.windows_of(source)}
+    out = [r for r in out if latest is None or r["window_end"] > latest - keep[r["window_name"]]]
     return sorted(out, key=lambda r: (r["window_name"], r["level"], r["node"], r["window_start"]))
 
 

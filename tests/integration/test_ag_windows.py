@@ -184,6 +184,24 @@ def test_late_records_hierarchy_changes_and_corrections_micro_batch_by_micro_bat
     ]
     assert w.windows("account_sessions", "account")[-1] == ("45", "2017-07-06 10:00", "2017-07-06 11:30", 2, 70)
     assert w.run(3, 2) == {}  # a rerun of a finished micro-batch commits nothing
+    hours = [
+        ("TC", "2017-07-03 10:00", "2017-07-03 11:00", 1, 10),
+        ("TC", "2017-07-04 11:00", "2017-07-04 12:00", 1, 20),
+    ]
+    hours += [("TC", "2017-07-06 10:00", "2017-07-06 11:00", 2, 70)]
+    assert w.windows("trades_hour", "sector") == hours
+
+    # a week and a bit later (batch 3): the hourly windows keep 7 days, so those ending by 07-13 13:00 go; the
+    # daily ones keep 92 days
+    w.commit(4, wh.DIM_TRADE, [trade(5, "2017-07-20 13:00:00", 3, 50)])
+    w.run(4, 3)
+    assert w.windows("trades_hour", "sector") == [("TC", "2017-07-20 13:00", "2017-07-20 14:00", 1, 50)]
+    assert [r[1] for r in w.windows("trades_day", "sector")] == [
+        "2017-07-03 00:00",
+        "2017-07-04 00:00",
+        "2017-07-06 00:00",
+        "2017-07-20 00:00",
+    ]
 
 
 def test_the_same_records_in_one_micro_batch_give_the_same_tables(tmp_path):
@@ -206,3 +224,17 @@ def test_the_same_records_in_one_micro_batch_give_the_same_tables(tmp_path):
     whole.run(2, 2)
     assert split.tables() == whole.tables()
     assert whole.alerts() == [(2, "TradeWindows", "Late record past grace", "T_ID=4")]
+
+
+def test_a_kept_session_that_chains_back_past_the_read_is_read_whole(tmp_path, monkeypatch):
+    """A session window kept one hour: the read starts a day before the horizon, but the session chains back three
+    days (a trade every 50 minutes): the read goes further back until the session's first trade is in it."""
+    chain = ws.Window("chain", ws.TRADES, ws.SESSION, dt.timedelta(hours=1), (ws.ACCOUNT,), keep=dt.timedelta(hours=1))
+    monkeypatch.setattr(ws, "windows_of", lambda source, windows=(chain,): windows if source == ws.TRADES else ())
+    w = World(tmp_path)
+    w.reference(1)
+    start = dt.datetime(2017, 7, 3)
+    trades = [trade(i, str(start + i * dt.timedelta(minutes=50)), 1, 1) for i in range(87)]  # 71.7 hours
+    w.commit(1, wh.DIM_TRADE, trades)
+    w.run(1, 1)
+    assert w.windows("chain", "account") == [("45", "2017-07-03 00:00", "2017-07-06 00:40", 87, 87)]

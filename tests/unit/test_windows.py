@@ -320,5 +320,7 @@ def test_declarations_are_checked():
         ws.Window("x", ws.TRADES, ws.SLIDING, D, (ws.SECTOR,))
     with pytest.raises(ValueError, match="not levels of market"):
         ws.Window("x", ws.MARKET, ws.TUMBLING, D, (ws.BROKER,))
+    with pytest.raises(ValueError, match="shorter than the window"):
+        ws.Window("x", ws.TRADES, ws.TUMBLING, 7 * D, (ws.SECTOR,), keep=D)
     with pytest.raises(ValueError, match="duplicate window names"):
         ws.check_windows((HOURLY, HOURLY))
