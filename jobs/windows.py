@@ -22,16 +22,18 @@ blocks (`jobs.slicing.build_blocks`), and every tumbling and sliding window of e
 the blocks that cover it; sessions fuse consecutive slices of a node whose records are less than the gap apart.
 Adding a window adds its combinations, not another pass over the records (bench/windows.py).
 
-**Exactly once.** Commits (app transactions `AG/<table>`, `AG/dimessages/<source>`,
-`AG/window_watermarks/<source>`): the window rows, the late-record alerts, then the watermarks, which are state
-the next micro-batch reads and therefore go last: a rerun after a crash before them recomputes the same span
-from the same change feed and watermarks.
+**Exactly once.** Commits (app transactions `AG/<table>`, `AG/dimessages/<source>`, `AG/window_watermarks`): per
+source the window rows and the late-record alerts, then the watermarks of both sources in one commit, which are
+state the next micro-batch reads and therefore go last: a rerun after a crash before them recomputes the same
+spans from the same change feeds and watermarks.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -651,13 +653,16 @@ HIERARCHIES: dict[str, tuple[tuple[Table, str, tuple[str, ...]], ...]] = {
 }
 
 
-def hierarchy_changes(ctx: JobContext, scope: BatchScope, source: str, horizon: int) -> list[tuple[int, int]]:
-    """The spans of event time (µs) whose records this micro-batch re-routes (`routing_changes`), the end of time
-    clamped to `horizon`."""
-    spans: list[tuple[int, int]] = []
+def rerouted(ctx: JobContext, scope: BatchScope) -> dict[str, list[tuple[int, int]]]:
+    """Per hierarchy dimension this micro-batch changed, the spans of days [start, end) whose records it re-routes
+    (`routing_changes`); a changed Industry re-routes every day."""
+    out: dict[str, list[tuple[int, int]]] = {}
     if scope.changed(ctx, wh.INDUSTRY, ["in_id"]) is not None:
-        return [(0, horizon)]
-    for table, key, parents in HIERARCHIES[source]:
+        out[wh.INDUSTRY.name] = [(0, np.iinfo(np.int32).max)]
+    dimensions = {
+        table.name: (table, key, parents) for hierarchy in HIERARCHIES.values() for table, key, parents in hierarchy
+    }
+    for table, key, parents in dimensions.values():
         feed = scope.changed(ctx, table, [key, *parents, "effectivedate", "enddate", "_change_type"])
         if feed is None or feed.num_rows == 0:
             continue
@@ -668,8 +673,14 @@ def hierarchy_changes(ctx: JobContext, scope: BatchScope, source: str, horizon: 
         rows = [(k, int(s), int(e), p) for k, s, e, p in zip(keys, eff, end, values, strict=True)]
         before_rows = [r for r, a in zip(rows, after, strict=True) if not a]
         after_rows = [r for r, a in zip(rows, after, strict=True) if a]
-        for lo, hi in routing_changes(before_rows, after_rows):
-            spans.append((max(lo * US_PER_DAY, 0), min(hi * US_PER_DAY, horizon)))
+        out[table.name] = routing_changes(before_rows, after_rows)
+    return out
+
+
+def rerouted_spans(days: dict[str, list[tuple[int, int]]], source: str, end: int) -> list[tuple[int, int]]:
+    """The spans of event time (µs) of `source`'s records that `rerouted` days re-route, clamped to [0, end)."""
+    tables = [wh.INDUSTRY.name, *(t.name for t, _, _ in HIERARCHIES[source])]
+    spans = [(max(lo * US_PER_DAY, 0), min(hi * US_PER_DAY, end)) for t in tables for lo, hi in days.get(t, [])]
     return [(lo, hi) for lo, hi in spans if lo < hi]
 
 
@@ -706,23 +717,52 @@ def update_latest(ctx: JobContext, src, before: dict[int, int], changes: Changes
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the live windows this micro-batch touched, for every source with declared windows."""
     out: dict[str, int] = {}
-    for source, src in SOURCES.items():
-        if ws.windows_of(source):
-            out |= run_source(ctx, scope, src)
+    sources = [src for source, src in SOURCES.items() if ws.windows_of(source)]
+    if not sources or scope.committed(ctx, STEP, ws.WINDOW_WATERMARKS):  # the watermarks commit comes last
+        return out
+    days = rerouted(ctx, scope)
+    marks, deletes = [], []
+    for src in sources:
+        done = run_source(ctx, scope, src, days)
+        if done is not None:
+            rows, latest, gone = done
+            out |= rows
+            marks.append(_marks(src.name, latest))
+            deletes.append(_marks(src.name, dict.fromkeys(gone, 0)).select(list(ws.WINDOW_WATERMARKS.key)))
+    if marks:
+        ctx.lake.upsert(
+            ws.WINDOW_WATERMARKS,
+            pa.concat_tables(marks),
+            app_id=scope.app_id(STEP, ws.WINDOW_WATERMARKS),
+            version=scope.batch_id,
+            deletes=pa.concat_tables(deletes),
+        )
     return out
 
 
-def run_source(ctx: JobContext, scope: BatchScope, src) -> dict[str, int]:
+def _marks(source: str, latest: dict[int, int]) -> pa.Table:
+    """`staging.window_watermarks` rows of one source."""
+    return pa.table(
+        {
+            "source": pa.array([source] * len(latest), pa.large_string()),
+            "source_batch": pa.array(sorted(latest), pa.int32()),
+            "latest": pa.array([latest[b] for b in sorted(latest)], pa.timestamp("us", tz="UTC")),
+        }
+    ).cast(ws.WINDOW_WATERMARKS.arrow_schema())
+
+
+def run_source(
+    ctx: JobContext, scope: BatchScope, src, rerouted_days: dict[str, list[tuple[int, int]]]
+) -> tuple[dict[str, int], dict[int, int], list[int]] | None:
+    """One source's windows: what its changes, the re-routings and its moved watermarks touch (the module's doc).
+    Commits the window rows and the Alerts; returns (rows written per table, the latest event time per TPC-DI
+    batch after the micro-batch, batches that no longer have one) for `run` to commit last, or None when the
+    micro-batch touched nothing of the source."""
     source = src.name
     table = ws.WINDOW_TABLES[source]
-    if scope.committed(ctx, STEP, ws.WINDOW_WATERMARKS, source):  # the last of the source's commits
-        return {}
     changes = src.changes(ctx, scope)
-    hierarchy_changed = any(scope.changed(ctx, t, [k]) is not None for t, k, _ in HIERARCHIES[source]) or (
-        scope.changed(ctx, wh.INDUSTRY, ["in_id"]) is not None
-    )
-    if changes is None and not hierarchy_changed:
-        return {}
+    if changes is None and not rerouted_spans(rerouted_days, source, np.iinfo(np.int64).max):
+        return None
     changes = changes or Changes.none()
     grace = us(ws.GRACE[source])
     before = read_latest(ctx, source)
@@ -731,7 +771,7 @@ def run_source(ctx: JobContext, scope: BatchScope, src) -> dict[str, int]:
     moves = watermark_moves(before, latest, grace)
     spans = [(int(changes.ts.min()), int(changes.ts.max()) + 1)] if len(changes.ts) else []
     spans += moves
-    spans += hierarchy_changes(ctx, scope, source, end_of_time)
+    spans += rerouted_spans(rerouted_days, source, end_of_time)
     computed = compute(ctx, src, spans, moves, changes, latest, before)
     out: dict[str, int] = {}
     if computed is not None and not scope.committed(ctx, STEP, table):
@@ -745,29 +785,8 @@ def run_source(ctx: JobContext, scope: BatchScope, src) -> dict[str, int]:
         )
         if written:
             out[wh.DI_MESSAGES.name] = written
-    marks = pa.table(
-        {
-            "source": pa.array([source] * len(latest), pa.large_string()),
-            "source_batch": pa.array(sorted(latest), pa.int32()),
-            "latest": pa.array([latest[b] for b in sorted(latest)], pa.timestamp("us", tz="UTC")),
-        }
-    ).cast(ws.WINDOW_WATERMARKS.arrow_schema())
-    gone_marks = sorted(set(before) - set(latest))
-    deletes = pa.table(
-        {
-            "source": pa.array([source] * len(gone_marks), pa.large_string()),
-            "source_batch": pa.array(gone_marks, pa.int32()),
-        }
-    )
-    ctx.lake.upsert(
-        ws.WINDOW_WATERMARKS,
-        marks,
-        app_id=scope.app_id(STEP, ws.WINDOW_WATERMARKS, source),
-        version=scope.batch_id,
-        deletes=deletes,
-    )
     log.info("AG micro-batch %s: %s windows: %s", scope.batch_id, source, out)
-    return out
+    return out, latest, sorted(set(before) - set(latest))
 
 
 def _late_alerts_exist(ctx: JobContext, source: str) -> bool:
@@ -863,8 +882,7 @@ def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple
     source = src.name
     table = ws.WINDOW_TABLES[source]
     unit = us(ws.SLICE[source])
-    needs, stored = [], []
-    sessions: list[tuple[ws.Window, int]] = []  # (window, earliest instant its sessions may need)
+    conds: list[tuple[ws.Window, pc.Expression, tuple[int, int] | None]] = []
     for w in windows:
         h = horizon(w, latest)
         after = pc.field("window_end") > _stamp(h) if h != NO_TIME else pc.scalar(True)
@@ -876,10 +894,7 @@ def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple
                 & (pc.field("window_end") >= _stamp(span[0]))
                 & after
             )
-            rows = _stored(ctx, table, cond)
-            lo, hi = session_span(rows, span, gap)
-            sessions.append((w, lo))
-            needs.append((max(lo, h - gap - US_PER_DAY) if h != NO_TIME else lo, hi))
+            conds.append((w, cond, None))
         else:
             first, last = window_span(w, *span)
             if h != NO_TIME:  # the first window that ends after the horizon
@@ -893,8 +908,19 @@ def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple
                 & (pc.field("window_start") >= _stamp(lo))
                 & (pc.field("window_start") < _stamp(hi))
             )
-            rows = _stored(ctx, table, cond)
-            needs.append((lo, hi))
+            conds.append((w, cond, (lo, hi)))
+    # the stored rows of every window in one scan, then each window's own
+    every = _stored(ctx, table, functools.reduce(operator.or_, [c for _, c, _ in conds])) if conds else None
+    needs, stored = [], []
+    sessions: list[tuple[ws.Window, int]] = []  # (window, earliest instant its sessions may need)
+    for w, cond, need in conds:
+        rows = every.filter(cond)
+        if need is None:
+            h, gap = horizon(w, latest), us(w.size)
+            lo, hi = session_span(rows, span, gap)
+            sessions.append((w, lo))
+            need = (max(lo, h - gap - US_PER_DAY) if h != NO_TIME else lo, hi)
+        needs.append(need)
         stored.append(rows)
     if not needs:
         return table.arrow_schema().empty_table(), table.arrow_schema().empty_table().select(list(table.key))

@@ -83,6 +83,7 @@ DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
 # The data-quality report, served by the plugin in dags/plugins from <STREAMDI_HOME>/reports/ (docs/orchestration.md).
 REPORT_URL_PATH = "/streamdi/reports/quality/index.html"
 BATCH_LOG_URL_PATH = "/streamdi/reports/index.html"  # the batch-log page (`write_quality_report`)
+WINDOWS_URL_PATH = "/streamdi/reports/quality/windows.html"  # the live windows plotted (`streamdi.windows_report`)
 
 
 class FailFast(RuntimeError):

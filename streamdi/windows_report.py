@@ -199,7 +199,8 @@ def render(data: WindowsData, now: dt.datetime) -> str:
     declared = "".join(
         f"<tr><td><code>{_e(w.name)}</code></td><td>{_e(w.source)}</td><td>{_e(w.kind)}</td>"
         f"<td>{_e(duration(w.size))}{' every ' + _e(duration(w.slide)) if w.slide else ''}"
-        f"{' gap' if w.kind == ws.SESSION else ''}</td><td>{_e(', '.join(w.levels))}</td><td>{_e(w.doc)}</td></tr>"
+        f"{' gap' if w.kind == ws.SESSION else ''}</td><td>{_e(duration(w.keep))}</td>"
+        f"<td>{_e(', '.join(w.levels))}</td><td>{_e(w.doc)}</td></tr>"
         for w in ws.WINDOWS
     )
     return (
@@ -212,5 +213,5 @@ def render(data: WindowsData, now: dt.datetime) -> str:
         f"{now:%Y-%m-%d %H:%M:%S} UTC from <code>warehouse.trade_windows</code> and "
         "<code>warehouse.market_windows</code> (also in PostgreSQL, <code>dw.*</code>).</p>"
         f"{sections}<h2>Declared windows</h2><table><thead><tr><th>window</th><th>source</th><th>kind</th>"
-        f"<th>size</th><th>levels</th><th>what</th></tr></thead><tbody>{declared}</tbody></table></body></html>"
+        f"<th>size</th><th>kept</th><th>levels</th><th>what</th></tr></thead><tbody>{declared}</tbody></table></body></html>"
     )

@@ -199,3 +199,21 @@ def stored_windows(lake) -> dict[str, list[dict]]:
         rows = _rows(lake, "warehouse", name)
         out[name] = sorted(rows, key=lambda r: (r["window_name"], r["level"], r["node"], r["window_start"]))
     return out
+
+
+def named_query_rows(expected: dict[str, list[dict]]) -> dict[str, list[tuple]]:
+    """What the named queries `sector_day` and `broker_week` (streamdi.queries) return, from the oracle's rows."""
+
+    def latest(window: str, level: str) -> list[dict]:
+        rows = [r for r in expected["trade_windows"] if r["window_name"] == window and r["level"] == level]
+        last = max((r["window_start"] for r in rows), default=None)
+        return [r for r in rows if r["window_start"] == last]
+
+    days = sorted(latest("trades_day", "sector"), key=lambda r: (-r["value"], r["node"]))
+    weeks = sorted(latest("trades_week", "broker"), key=lambda r: (-r["commission"], r["node"]))[:10]
+    return {
+        "sector_day": [
+            (r["node"], r["window_start"].date(), r["trades"], r["quantity"], r["value"], r["commission"]) for r in days
+        ],
+        "broker_week": [(r["node"], r["window_start"].date(), r["trades"], r["value"], r["commission"]) for r in weeks],
+    }

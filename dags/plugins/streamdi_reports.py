@@ -1,6 +1,7 @@
 """Airflow plugin: serves `<STREAMDI_HOME>/reports/` (with its sub-folders) under /streamdi/reports/ and adds the
 data-quality report (`REPORT_URL_PATH`: `reports/quality/index.html`, whose cells link into the Great Expectations
-Data Docs in `reports/quality/data_docs/`) to the UI menu.
+Data Docs in `reports/quality/data_docs/`), the batch log and the live windows (`reports/quality/windows.html`) to the
+UI menu.
 
 `streamdi airflow` (and the docker image) point Airflow's `plugins_folder` here. The reports are static files
 written by the `streamdi_quality_report` DAG (or `streamdi quality report`); this plugin only serves them, and
@@ -20,12 +21,13 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, reports_dir
+from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH, reports_dir
 
 _reports = reports_dir()
 _PLACEHOLDERS = {
     "index.html": "streamdi batch report",
     "quality/index.html": "streamdi data-quality report",
+    "quality/windows.html": "streamdi live windows",
 }
 for _name, _title in _PLACEHOLDERS.items():
     _page = _reports / _name
@@ -81,4 +83,5 @@ class StreamdiReportsPlugin(AirflowPlugin):
     external_views = [
         {"name": "streamdi quality report", "href": REPORT_URL_PATH, "destination": "nav", "category": "browse"},
         {"name": "streamdi batch log", "href": BATCH_LOG_URL_PATH, "destination": "nav", "category": "browse"},
+        {"name": "streamdi live windows", "href": WINDOWS_URL_PATH, "destination": "nav", "category": "browse"},
     ]

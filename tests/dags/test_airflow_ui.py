@@ -42,7 +42,7 @@ import pytest
 from chromium import Chromium, wait_for
 from dagdata import REPO
 
-from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH
+from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
@@ -260,16 +260,20 @@ def test_first_runs_from_the_ui_trigger_forms(airflow, tmp_path):
         wait_for("a streamdi_quality_report run after the incremental run", report_after_migration, 600, 3)
         assert "failed" not in {r["state"] for r in rest.runs(REPORT)}
 
-        # The Browse menu links both pages.
+        # The Browse menu links the three pages.
         browser.goto(f"{url}/dags")
         browser.wait_for_selector("button[aria-label=Browse]", 60)
         browser.click("button[aria-label=Browse]")
         entries = {}
-        for name in ("streamdi quality report", "streamdi batch log"):
+        for name in ("streamdi quality report", "streamdi batch log", "streamdi live windows"):
             entry = f'[role=menuitem][aria-label="{name}"]'
             browser.wait_for_selector(entry, 30, f"the Browse menu's {name!r}")
             entries[name] = browser.attribute(entry, "href")
-        assert entries == {"streamdi quality report": REPORT_URL_PATH, "streamdi batch log": BATCH_LOG_URL_PATH}
+        assert entries == {
+            "streamdi quality report": REPORT_URL_PATH,
+            "streamdi batch log": BATCH_LOG_URL_PATH,
+            "streamdi live windows": WINDOWS_URL_PATH,
+        }
 
         browser.goto(f"{url}{REPORT_URL_PATH}")
         wait_for("the quality report", lambda: "streamdi data-quality report" in browser.text(), 60, 1)
@@ -302,11 +306,20 @@ def test_first_runs_from_the_ui_trigger_forms(airflow, tmp_path):
             assert staged <= committed <= visible, r
         browser.screenshot(ARTIFACTS / "airflow_batch_log.png")
 
+        # The live windows, plotted: a panel per sector for each plot, and the late records.
+        browser.goto(f"{url}{WINDOWS_URL_PATH}")
+        wait_for("the live windows page", lambda: browser.exists("#late"), 60, 1)
+        assert browser.eval("document.title") == "streamdi live windows"
+        panels = browser.eval("[...document.querySelectorAll('#trades_day-sector ~ .panels')].length")
+        assert panels >= 1 and browser.eval("document.querySelectorAll('svg.panel').length") >= 3
+        assert browser.text("#late-count").startswith("No late record")
+        browser.screenshot(ARTIFACTS / "airflow_live_windows.png", full_page=True)
+
         # The pages are served to logged-in users only: the browser above (session cookie) and a token; anyone else
         # is sent to the login page.
         report = httpx.get(f"{url}{BATCH_LOG_URL_PATH}", headers=rest.bearer, timeout=30)
         assert report.status_code == 200 and "streamdi batch report" in report.text
-        for page in (BATCH_LOG_URL_PATH, REPORT_URL_PATH, "/streamdi/reports/quality/data_docs/"):
+        for page in (BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH, "/streamdi/reports/quality/data_docs/"):
             anonymous = httpx.get(f"{url}{page}", timeout=30)
             assert anonymous.status_code in (302, 307), (page, anonymous.status_code)
             assert "/auth/" in anonymous.headers["location"] and "login" in anonymous.headers["location"]

@@ -17,13 +17,17 @@ from pathlib import Path
 
 import pytest
 from cli_runs import STREAMDI, copy_home, env_for, snapshot
-from windows_oracle import expected_windows, stored_windows
+from windows_oracle import expected_windows, named_query_rows, stored_windows
 
+from streamdi import embedded_pg
 from streamdi.batchlog import BatchLog
 from streamdi.collector import part_of
 from streamdi.delivery import root_audits
 from streamdi.generator.drip import DripOptions, drip, plan
 from streamdi.lake import Lake
+from streamdi.queries import NAMED_QUERIES
+from streamdi.settings import Settings
+from streamdi.warehouse import open_warehouse
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -127,8 +131,20 @@ def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_pa
     reported = {name for detail in stage_details(home) for name in (detail.get("duplicates") or {})}
     assert reported == duplicates
     assert_equals_reference(home, expected)
-    # the live windows equal a from-scratch computation over the same records
-    assert stored_windows(home / "lake") == expected_windows(home / "lake")
+    # the live windows equal a from-scratch computation over the same records, and so do the named queries over
+    # them in PostgreSQL
+    oracle = expected_windows(home / "lake")
+    assert stored_windows(home / "lake") == oracle
+    settings = Settings(home=home)
+    try:
+        got = {
+            name: open_warehouse(settings).query(NAMED_QUERIES[name].sql)[1] for name in ("sector_day", "broker_week")
+        }
+    finally:
+        embedded_pg.stop_server(settings)
+    expected_rows = named_query_rows(oracle)
+    assert expected_rows["sector_day"] and expected_rows["broker_week"]
+    assert {k: [tuple(r) for r in v] for k, v in got.items()} == expected_rows
 
     status = subprocess.run([STREAMDI, "stream", "status"], env=env_for(home), capture_output=True, text=True)
     assert status.returncode == 0, status.stderr
