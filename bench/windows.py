@@ -81,7 +81,7 @@ def per_window(records: win.Records, windows: tuple[ws.Window, ...], span: tuple
             values = {"first": records.ts, "last": records.ts} | {
                 m: records.measures[m] for m in win.MEASURES[ws.TRADES]
             }
-            out = {n: win.slicing._reduce(op, values[n][row], starts) for n, op in ops.items()} if len(key) else {}
+            out = {n: win.slicing.reduce_runs(op, values[n][row], starts) for n, op in ops.items()} if len(key) else {}
             kk = (key[starts] & 0xFFFFFFFF) - (1 << 31) if len(key) else key
             rows = {
                 "node": distinct.take(pa.array(key[starts] >> 32 if len(key) else key)),

@@ -580,7 +580,7 @@ def compute(ctx: JobContext, scope: BatchScope, what: Touched) -> Computed:
         symbols.cast(pa.string()),
         ["symbol", "sk_securityid", "sk_companyid", "dividend", "effectivedate", "enddate"],
     )
-    companies = _table(ctx, wh.DIM_COMPANY, ["sk_companyid", "companyid"])
+    companies = ctx.lake.read_if_exists(wh.DIM_COMPANY, ["sk_companyid", "companyid"])
     eps = earnings(_financials(ctx, securities, companies), companies)
     rows, unresolved, without = market_rows(records.filter(pa.array(query)), high, low, securities, companies, eps)
     rows, gone = ao.changes_against(rows, _stored(ctx, whole, rows), TABLE.key)
@@ -671,15 +671,9 @@ def _any_of(terms: list[pc.Expression]) -> pc.Expression:
 
 
 def _dimension(ctx: JobContext, table: Table, natural: str, values: pa.Array, columns: list[str]) -> pa.Table:
-    if not ctx.lake.exists(table) or len(values) == 0:
-        return pa.table({c: pa.array([], table.arrow_schema().field(c).type) for c in columns})
-    return ctx.lake.read_where(table, pc.field(natural).isin(values), columns)
-
-
-def _table(ctx: JobContext, table: Table, columns: list[str]) -> pa.Table:
-    if not ctx.lake.exists(table):
-        return pa.table({c: pa.array([], table.arrow_schema().field(c).type) for c in columns})
-    return ctx.lake.read_columns(table, columns)
+    if len(values) == 0:
+        return table.arrow_schema().empty_table().select(columns)
+    return ctx.lake.read_if_exists(table, columns, pc.field(natural).isin(values))
 
 
 def _stored(ctx: JobContext, symbols: pa.Array, rows: pa.Table) -> pa.Table:

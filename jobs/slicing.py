@@ -96,7 +96,7 @@ class Partials:
         out = {}
         for name, op in ops.items():
             v = np.asarray(values[name], np.int64)[order]
-            out[name] = _reduce(op, v, starts) if len(keys) else v
+            out[name] = reduce_runs(op, v, starts) if len(keys) else v
         return cls(keys[starts] if len(keys) else keys, out, dict(ops))
 
     def __len__(self) -> int:
@@ -113,7 +113,8 @@ class Partials:
         return {n: np.where(found, self.values[n][pos], identity(op)) for n, op in self.ops.items()}, found
 
 
-def _reduce(op: str, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+def reduce_runs(op: str, values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """`op` over each run of `values` beginning at `starts` (sorted, the first 0): one partial per run."""
     if op == "sum":
         return np.add.reduceat(values, starts)
     if op == "max":
@@ -145,7 +146,7 @@ def build_blocks(slices: Partials, max_level: int) -> Partials:
         starts = np.flatnonzero(np.r_[True, level_keys[1:] != level_keys[:-1]]) if len(level_keys) else level_keys
         keys.append(level_keys[starts] if len(level_keys) else level_keys)
         for n, op in slices.ops.items():
-            values[n].append(_reduce(op, slices.values[n], starts) if len(level_keys) else slices.values[n][:0])
+            values[n].append(reduce_runs(op, slices.values[n], starts) if len(level_keys) else slices.values[n][:0])
     all_keys = np.concatenate(keys)
     order = np.argsort(all_keys, kind="stable")
     return Partials(all_keys[order], {n: np.concatenate(v)[order] for n, v in values.items()}, slices.ops)

@@ -239,7 +239,7 @@ def session_rows(window: ws.Window, nodes: pa.Array, slices: slicing.Partials) -
         }
     new = np.r_[True, (codes[1:] != codes[:-1]) | (first[1:] - last[:-1] >= gap)]
     starts = np.flatnonzero(new)
-    values = {n: slicing._reduce(op, slices.values[n], starts) for n, op in slices.ops.items()}
+    values = {n: slicing.reduce_runs(op, slices.values[n], starts) for n, op in slices.ops.items()}
     return {
         "node": nodes.take(pa.array(codes[starts], pa.int64())),
         "window_start": values["first"],
@@ -406,9 +406,7 @@ class TradeSource:
         return _joined("T_ID=", rows["tradeid"])
 
     def _completed(self, ctx: JobContext, cond: pc.Expression, columns: list[str]) -> pa.Table:
-        if not ctx.lake.exists(self.table):
-            return self.table.arrow_schema().empty_table().select(columns)
-        return ctx.lake.read_where(self.table, (pc.field("status") == "Completed") & cond, columns)
+        return ctx.lake.read_if_exists(self.table, columns, (pc.field("status") == "Completed") & cond)
 
     def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
         """(event time, TPC-DI batch, message key) of the records in `span`, without routing them."""
@@ -427,8 +425,9 @@ class TradeSource:
         rows = self._completed(ctx, _date_range("sk_closedateid", span), columns)
         ts = self._ts(rows)
         keep = (ts >= span[0]) & (ts < span[1])
-        rows = ao.sort(rows.filter(pa.array(keep)), ["tradeid"])
-        ts = self._ts(rows)
+        order = pc.sort_indices(rows["tradeid"]).to_numpy()  # in trade order, the span's only
+        order = order[keep[order]]
+        rows, ts = rows.take(pa.array(order)), ts[order]
         day = np.floor_divide(ts, US_PER_DAY)
         symbol = _lookup(ctx, wh.DIM_SECURITY, "sk_securityid", rows["sk_securityid"], "symbol")
         nodes = route_securities(ctx, symbol, day, rows["sk_companyid"])
@@ -475,11 +474,7 @@ class MarketSource:
 
     def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
         """(event time, TPC-DI batch, message key) of the records in `span`."""
-        columns = ["symbol", "sk_dateid", "batchid"]
-        if not ctx.lake.exists(self.table):
-            rows = self.table.arrow_schema().empty_table().select(columns)
-        else:
-            rows = ctx.lake.read_where(self.table, _date_range("sk_dateid", span), columns)
+        rows = ctx.lake.read_if_exists(self.table, ["symbol", "sk_dateid", "batchid"], _date_range("sk_dateid", span))
         batch = ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
         return self._ts(rows), batch, self._ident(rows)
 
@@ -490,12 +485,10 @@ class MarketSource:
         return int(self._ts(rows).max()) if rows.num_rows else None
 
     def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
-        cond = _date_range("sk_dateid", span)
         columns = [*self._FEED, "sk_companyid"]
-        if ctx.lake.exists(self.table):
-            rows = ao.sort(ctx.lake.read_where(self.table, cond, columns), ["symbol", "sk_dateid"])
-        else:
-            rows = self.table.arrow_schema().empty_table().select(columns)
+        rows = ao.sort(
+            ctx.lake.read_if_exists(self.table, columns, _date_range("sk_dateid", span)), ["symbol", "sk_dateid"]
+        )
         ts = self._ts(rows)
         return Records(
             ts=ts,
@@ -547,9 +540,9 @@ def _lookup(ctx: JobContext, table: Table, key: str, values: pa.ChunkedArray | p
 
 def _versions(ctx: JobContext, table: Table, key: str, values: pa.Array, columns: list[str]) -> pa.Table:
     cols = [key, *columns, "effectivedate", "enddate"]
-    if not ctx.lake.exists(table) or len(values) == 0:
+    if len(values) == 0:
         return table.arrow_schema().empty_table().select(cols)
-    return ctx.lake.read_where(table, pc.field(key).isin(pc.unique(values.drop_null())), cols)
+    return ctx.lake.read_if_exists(table, cols, pc.field(key).isin(pc.unique(values.drop_null())))
 
 
 def _valid(versions: pa.Table, key: str, values: pa.Array, days: np.ndarray) -> np.ndarray:
@@ -562,8 +555,10 @@ def route_securities(
     """`security_routes` of records (symbol, day), with the versions of their symbols read from the lake."""
     symbols = ao.column(pa.table({"s": symbols}), "s").cast(pa.large_string())
     securities = _versions(ctx, wh.DIM_SECURITY, "symbol", symbols.cast(pa.string()), ["sk_companyid"])
-    companies = _all(ctx, wh.DIM_COMPANY, ["sk_companyid", "companyid", "industry", "effectivedate", "enddate"])
-    industries = ao.sort(_all(ctx, wh.INDUSTRY, ["in_id", "in_name", "in_sc_id"]), ["in_id"])
+    companies = ctx.lake.read_if_exists(
+        wh.DIM_COMPANY, ["sk_companyid", "companyid", "industry", "effectivedate", "enddate"]
+    )
+    industries = ao.sort(ctx.lake.read_if_exists(wh.INDUSTRY, ["in_id", "in_name", "in_sc_id"]), ["in_id"])
     return security_routes(symbols, days, fallback_company, securities, companies, industries)
 
 
@@ -596,12 +591,6 @@ def security_routes(
         ws.INDUSTRY: take(industries["in_id"], ind).cast(pa.large_string()),
         ws.SECTOR: take(industries["in_sc_id"], ind).cast(pa.large_string()),
     }
-
-
-def _all(ctx: JobContext, table: Table, columns: list[str]) -> pa.Table:
-    if not ctx.lake.exists(table):
-        return table.arrow_schema().empty_table().select(columns)
-    return ctx.lake.read_columns(table, columns)
 
 
 def route_accounts(
@@ -686,9 +675,7 @@ def rerouted_spans(days: dict[str, list[tuple[int, int]]], source: str, end: int
 
 # ------------------------------------------------------------------------------------------------ run
 def read_latest(ctx: JobContext, source: str) -> dict[int, int]:
-    if not ctx.lake.exists(ws.WINDOW_WATERMARKS):
-        return {}
-    rows = ctx.lake.read_where(ws.WINDOW_WATERMARKS, pc.field("source") == source, ["source_batch", "latest"])
+    rows = ctx.lake.read_if_exists(ws.WINDOW_WATERMARKS, ["source_batch", "latest"], pc.field("source") == source)
     batches = rows["source_batch"].to_pylist()
     latest = rows["latest"].cast(pa.int64()).to_pylist()
     return dict(zip(batches, latest, strict=True))
@@ -956,9 +943,7 @@ def _stamp(ts_us: int) -> pa.Scalar:
 
 
 def _stored(ctx: JobContext, table: Table, cond: pc.Expression) -> pa.Table:
-    if not ctx.lake.exists(table):
-        return table.arrow_schema().empty_table()
-    return ctx.lake.read_where(table, cond).cast(table.arrow_schema())
+    return ctx.lake.read_if_exists(table, condition=cond).cast(table.arrow_schema())
 
 
 def late_alerts(source: str, late: pa.Table | Records, latest: Mapping[int, int]) -> pa.Table:

@@ -196,6 +196,16 @@ class Lake:
         names = list(columns) if columns is not None else table.column_names
         return self._scan(self._delta(table), table, names, condition)
 
+    def read_if_exists(
+        self, table: Table, columns: list[str] | None = None, condition: pc.Expression | None = None
+    ) -> pa.Table:
+        """`read_where` (`read_columns` without a condition), or no rows in the declared types of `columns` when the
+        table does not exist yet (the Arrow steps read tables that an earlier micro-batch may not have made)."""
+        names = list(columns) if columns is not None else table.column_names
+        if not self.exists(table):
+            return table.arrow_schema().empty_table().select(names)
+        return self.read_columns(table, names) if condition is None else self.read_where(table, condition, names)
+
     @staticmethod
     def _scan(delta: DeltaTable, table: Table, columns: list[str], condition: pc.Expression) -> pa.Table:
         """`columns` (in the declared types) of the rows of `delta` where `condition` holds. The condition goes
