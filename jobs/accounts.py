@@ -764,9 +764,8 @@ def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -
     collected = collect_changes({t: changes[t]() for t in todo})
     rows: dict[str, int] = {}
     for table, (new, gone) in collected.items():
-        if table is wh.DIM_CUSTOMER and new.num_rows:
-            batches = sorted(set(new["batchid"].to_pylist()))
-            new = prospect.with_demographics(new, prospect.staged_lines(ctx, scope, batches))
+        if table is wh.DIM_CUSTOMER:
+            new = prospect.rebuilt_demographics(ctx, scope, new)
         # committed even when empty, so that the app transaction records the micro-batch as done
         data = ctx.lake.to_arrow(table, new)
         ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)

@@ -620,6 +620,63 @@ def test_records_selected_in_spark_give_the_same_tables(loaded, spark, tmp_path_
         assert table(again, t) == table(ctx, t), t.name
 
 
+def test_a_rebuilt_customer_keeps_its_stored_demographics_and_reads_only_new_snapshots(
+    loaded, spark, tmp_path_factory, monkeypatch
+):
+    """Micro-batch 2 rebuilds customer 2, whose batch-1 version matches AAA9: that version keeps the demographics
+    it was stored with, and only batch 2's snapshot is read (batch 1's snapshot cannot change it: none of its
+    lines is new). The tables end as in the scenario."""
+    from jobs import prospect
+
+    ctx, _, _ = loaded
+    again = make_context(spark, tmp_path_factory.mktemp("t2-reuse"))
+    read: list[list[int] | None] = []
+    original = prospect.staged_lines
+
+    def spy(ctx_, scope_, batches=None):
+        read.append(batches)
+        return original(ctx_, scope_, batches)
+
+    monkeypatch.setattr(prospect, "staged_lines", spy)
+    stage(again, 1, CUSTOMER_MGMT, ACTIONS)
+    stage(again, 1, src.PROSPECT.staging, PROSPECTS_1)
+    accounts.run(again, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
+    assert read == [[1]]
+    read.clear()
+    stage(again, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
+    stage(again, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
+    stage(again, 2, src.PROSPECT.staging, PROSPECTS_2)
+    accounts.run(again, scope(2, [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,), (2,)))
+    assert read == [[2]]
+    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
+        assert table(again, t) == table(ctx, t), t.name
+
+
+def test_a_prospect_listed_again_in_its_snapshot_leaves_the_customers_its_earlier_line_matched(spark, tmp_path_factory):
+    """Batch 1's snapshot lists AAA0 twice: first with the Pelland match key (AAA0 < AAA9: the customers take it),
+    then, in a later piece, with a greater line (another last name), which a snapshot keeps. Delivered in one
+    micro-batch, the Pelland customers never match AAA0; delivered in two, the second piece must rebuild the
+    customers the first one gave AAA0 (its line does not name them), and both ways end alike."""
+    first = prospect_line("AAA0", 1, 5, "Batch1/Prospect_a.csv", **PELLAND, creditrating=300)
+    second = prospect_line("AAA0", 1, 1, "Batch1/Prospect_b.csv", **{**PELLAND, "lastname": "Zyx"}, creditrating=310)
+    dated = {1: B1}
+    whole = make_context(spark, tmp_path_factory.mktemp("t2-listed-twice-whole"))
+    stage(whole, 1, CUSTOMER_MGMT, ACTIONS)
+    stage(whole, 1, src.PROSPECT.staging, [*PROSPECTS_1, first, second])
+    files = [XML, PROSPECT1, "Batch1/Prospect_a.csv", "Batch1/Prospect_b.csv", "Batch1/BatchDate.txt"]
+    accounts.run(whole, scope(1, files, dated, (1,), (1,)))
+    split = make_context(spark, tmp_path_factory.mktemp("t2-listed-twice-split"))
+    stage(split, 1, CUSTOMER_MGMT, ACTIONS)
+    stage(split, 1, src.PROSPECT.staging, [*PROSPECTS_1, first])
+    accounts.run(split, scope(1, [XML, PROSPECT1, "Batch1/Prospect_a.csv", "Batch1/BatchDate.txt"], dated, (1,), (1,)))
+    assert {r["agencyid"] for r in table(split, wh.DIM_CUSTOMER) if r["customerid"] == 5} == {"AAA0"}
+    stage(split, 2, src.PROSPECT.staging, [second])
+    accounts.run(split, scope(2, ["Batch1/Prospect_b.csv"], dated, (), (1,)))
+    assert {r["agencyid"] for r in table(split, wh.DIM_CUSTOMER) if r["customerid"] == 5} == {"AAA9"}
+    for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
+        assert table(split, t) == table(whole, t), t.name
+
+
 # ----------------------------------------------------------------------------------------------- field rules
 def test_phone_number_format(spark):
     from pyspark.sql import functions as F
