@@ -402,6 +402,21 @@ def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_p
     assert [c.table_version for c in lake.history(table)] == [0, 1, 2, 3]
 
 
+def test_a_table_exists_once_its_log_has_a_commit_even_after_the_first_one_is_cleaned_up(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("existence")
+    assert not lake.exists(table)
+    (lake.path(table) / "_delta_log").mkdir(parents=True)  # a log without a commit is no table
+    assert not lake.exists(table)
+    for version in (1, 2):
+        lake.append(table, arrow_rows(table, [row(version)]), app_id="a", version=version)
+    assert lake.exists(table)
+    DeltaTable(str(lake.path(table))).create_checkpoint()
+    (lake.path(table) / "_delta_log" / "00000000000000000000.json").unlink()  # as a log cleanup leaves it
+    assert Lake(lake_dir).exists(table)
+    assert [r["id"] for r in Lake(lake_dir).read_arrow(table).to_pylist()] == [1, 2]
+
+
 def test_read_reuses_the_dataframe_of_unchanged_files_and_never_serves_a_stale_snapshot(spark, lake_dir):
     lake, other = Lake(lake_dir, spark), Lake(lake_dir, spark)
     table = lake_table("frames")
