@@ -39,6 +39,7 @@ from schemas.model import arrow_type
 from schemas.sources import AUDIT_PATTERN
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchFile
+from streamdi.collector import read_landed
 from streamdi.context import JobContext
 
 AUDIT_SOURCE = "Audit"  # source name of audit lines in staging.rejects
@@ -214,7 +215,8 @@ def stage(ctx: JobContext, batch_id: int, files: Sequence[BatchFile]) -> dict[st
     figures: list[dict] = []
     rejected: list[Rejected] = []
     for bf in audit:
-        text = (ctx.settings.landing_dir / bf.file).read_bytes().decode("utf-8", errors="replace")
+        # an invalid byte shows as \xNN: a figure or date holding one is rejected by the parse, never read as another
+        text = read_landed(ctx.settings.landing_dir / bf.file).decode("utf-8", errors="backslashreplace")
         rows, bad = parse_audit_text(text, bf.file)
         figures.extend(rows)
         rejected.extend(bad)

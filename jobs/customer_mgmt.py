@@ -57,6 +57,7 @@ from schemas.sources import (
     CUSTOMER_MGMT_XML,
 )
 from schemas.staging import CUSTOMER_MGMT
+from streamdi.collector import read_landed
 
 _ACCOUNT = "Account"  # read as a list, so that an action with several accounts is seen (and rejected)
 _FIELDS = (*CUSTOMER_MGMT_ACTION, *CUSTOMER_MGMT_XML)
@@ -123,8 +124,7 @@ _LAYOUT = _layout()
 
 def read_actions(path: str) -> pa.Table:
     """The actions of one CustomerMgmt.xml file as `raw_actions` gives them."""
-    with open(path, "rb") as handle:
-        return raw_actions(handle.read())
+    return raw_actions(read_landed(path))
 
 
 def raw_actions(xml: bytes) -> pa.Table:
@@ -244,7 +244,7 @@ def _action_length(piece: bytes) -> int:
 
 
 def _corrupt(text: bytes) -> _Action:
-    raw = text.decode("utf-8", errors="replace")
+    raw = text.decode("utf-8", errors="backslashreplace")  # shown as read: an invalid byte as \xNN
     return (None,) * len(_FIELDS), -1, raw, raw
 
 

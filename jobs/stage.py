@@ -47,6 +47,7 @@ from schemas.sources import ALL_SOURCES, AUDIT_PATTERN, CUSTOMER_MGMT_PATTERN, s
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
+from streamdi.collector import read_landed
 from streamdi.context import JobContext
 
 log = logging.getLogger(__name__)
@@ -86,19 +87,53 @@ def nondelimited_source_for_file(file: str, source_batch: int = 1) -> str | None
     return None
 
 
-def numbered_lines(path: str) -> pa.Table:
-    """`line_no`, `line` of a text file, split in Arrow's C++ kernels (any byte may occur inside a line)."""
-    with open(path, "rb") as handle:
-        data = handle.read()
+def numbered_lines(path: str) -> tuple[pa.Table, pa.Table]:
+    """`(lines, undecodable)` of a text file, split in Arrow's C++ kernels (any byte may occur inside a line):
+    `line_no`, `line` of the lines that are valid UTF-8, and `line_no`, `line`, `reason` of the others, whose text
+    shows each invalid byte as `\\xNN`. A line is never repaired: an undecodable one is a reject."""
+    data = read_landed(path)
     parts = pc.split_pattern(pa.array([data], pa.large_binary()), pattern=b"\n")[0].values
     if len(parts) and parts[-1].as_py() == b"":  # the newline that ends the last line opens no new line
         parts = parts.slice(0, len(parts) - 1)
+    numbers = pa.array(range(1, len(parts) + 1), pa.int64())
     try:
-        lines = parts.cast(pa.large_string())
+        good, bad = parts.cast(pa.large_string()), None
     except pa.ArrowInvalid:
-        lines = pa.array([b.decode("utf-8", errors="replace") for b in parts.to_pylist()], pa.large_string())
-    lines = pc.replace_substring_regex(lines, pattern="\r$", replacement="")
-    return pa.table({"line_no": pa.array(range(1, len(lines) + 1), pa.int64()), "line": lines})
+        valid = _valid_utf8(parts)  # only for a file with an invalid byte: Arrow has no per-value check
+        good = parts.filter(valid).cast(pa.large_string())
+        bad = pa.table({"line_no": numbers.filter(pc.invert(valid)), "raw": parts.filter(pc.invert(valid))})
+        numbers = numbers.filter(valid)
+    lines = pa.table({"line_no": numbers, "line": _without_cr(good)})
+    return lines, _undecodable(bad)
+
+
+def _without_cr(lines: pa.Array) -> pa.Array:
+    return pc.replace_substring_regex(lines, pattern="\r$", replacement="")
+
+
+def _valid_utf8(parts: pa.Array) -> pa.Array:
+    def ok(value: bytes) -> bool:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    return pa.array([ok(b) for b in parts.to_pylist()], pa.bool_())
+
+
+def _undecodable(bad: pa.Table | None) -> pa.Table:
+    """`line_no`, `line` (invalid bytes as `\\xNN`), `reason` of the lines that are not valid UTF-8."""
+    texts, reasons = [], []
+    for raw in [] if bad is None else bad["raw"].to_pylist():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            reasons.append(f"not valid UTF-8: byte 0x{raw[err.start]:02x} at byte {err.start + 1} of the line")
+        texts.append(raw.decode("utf-8", errors="backslashreplace"))
+    numbers = pa.array([], pa.int64()) if bad is None else bad["line_no"]
+    text = _without_cr(pa.array(texts, pa.large_string()))
+    return pa.table({"line_no": numbers, "line": text, "reason": pa.array(reasons, pa.large_string())})
 
 
 @dataclass
@@ -370,25 +405,32 @@ def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
 
 def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
     """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
-    lines, read = _landing_lines(ctx, files)
+    lines, undecodable, read = _landing_lines(ctx, files)
     parsed, bad = delimited.parse_delimited(lines, source)
     staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
-    rejected = _with_batch(bad, batch_id, source.name).select(REJECTS.column_names)
+    rejected = _concat(
+        [_with_batch(t, batch_id, source.name).select(REJECTS.column_names) for t in (bad, undecodable)], REJECTS
+    )
     return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
 
 
-def _landing_lines(ctx: JobContext, files: list[BatchFile]) -> tuple[pa.Table, list[int]]:
-    """Numbered lines of all `files` with `source_file` and `source_batch`, and the line count of each file."""
-    parts = []
+def _landing_lines(ctx: JobContext, files: list[BatchFile]) -> tuple[pa.Table, pa.Table, list[int]]:
+    """Numbered lines of all `files` with `source_file` and `source_batch`: the valid UTF-8 ones, the others (with
+    their `reason`), and the line count of each file."""
+    parts, undecodable, read = [], [], []
     for bf in files:
-        lines = numbered_lines(str(ctx.settings.landing_dir / bf.file))
-        n = lines.num_rows
-        parts.append(
-            lines.append_column("source_file", pa.array([bf.file] * n, pa.large_string())).append_column(
-                "source_batch", pa.array([bf.source_batch] * n, pa.int32())
-            )
-        )
-    return pa.concat_tables(parts), [p.num_rows for p in parts]
+        lines, bad = numbered_lines(str(ctx.settings.landing_dir / bf.file))
+        parts.append(_with_file(lines, bf))
+        undecodable.append(_with_file(bad, bf))
+        read.append(lines.num_rows + bad.num_rows)
+    return pa.concat_tables(parts), pa.concat_tables(undecodable), read
+
+
+def _with_file(lines: pa.Table, bf: BatchFile) -> pa.Table:
+    n = lines.num_rows
+    return lines.append_column("source_file", pa.array([bf.file] * n, pa.large_string())).append_column(
+        "source_batch", pa.array([bf.source_batch] * n, pa.int32())
+    )
 
 
 def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
@@ -417,13 +459,15 @@ def _reconcile(
 def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
     """Parse all FINWIRE `files` of a batch (`jobs.finwire`): ([(CMP/SEC/FIN staging table, staged rows)], rejected
     rows, per-file counts)."""
-    lines, read = _landing_lines(ctx, files)
+    lines, undecodable, read = _landing_lines(ctx, files)
     parsed, rejected = finwire.parse_finwire(lines)
     staged = {
         code: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
         for code, rows in parsed.items()
     }
-    rejects = _concat([_with_batch(rejected, batch_id, FINWIRE).select(REJECTS.column_names)], REJECTS)
+    rejects = _concat(
+        [_with_batch(t, batch_id, FINWIRE).select(REJECTS.column_names) for t in (rejected, undecodable)], REJECTS
+    )
     counts = _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
     return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
 

@@ -6,7 +6,9 @@ then the parts of split files in their declared order, whatever the interleaving
 deliver a file under a temporary name and rename it when complete: names starting with `.` or `_`, or ending
 in `.tmp`, `.part` or `~`, are not collected. A registered file whose content later changes is reported and
 not collected again (deliver corrections under a new name). A registered file whose size and modification
-time are unchanged is not read again (a scheduled collect costs a directory listing).
+time are unchanged is not read again (a scheduled collect costs a directory listing). Only regular files inside
+the landing directory are collected and read (`read_landed`): a symbolic link (to a file or a directory) is skipped
+with a warning, so a link cannot bring a file from elsewhere on the machine into the warehouse or its rejects.
 
 The TPC-DI batch of a file comes from its path: a `BatchN` directory or a `batchN` mark in the file name
 (e.g. `Batch2/Trade.txt`, `Trade_batch2_0007.txt`). A file with no mark belongs to the TPC-DI batch that was
@@ -20,10 +22,12 @@ becomes micro-batches 1, 2 and 3 in that order.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -104,13 +108,48 @@ def is_collectable(name: str) -> bool:
     return not name.startswith((".", "_")) and not name.endswith(_SKIP_SUFFIXES)
 
 
+class NotARegularFile(OSError):
+    """A landing path that is not a regular file (a symbolic link, a FIFO, a device): never read."""
+
+
+def open_landed(path: str | Path):
+    """A binary file object of a landed file, refusing anything but a regular file: the last component is opened
+    without following a symbolic link (`O_NOFOLLOW`, so the check and the read are one step) and without blocking
+    on a FIFO. Raises `NotARegularFile` with the path."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile(
+                f"{path} is a symbolic link: only regular files in the landing zone are read"
+            ) from None
+        raise
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise NotARegularFile(f"{path} is not a regular file: only regular files in the landing zone are read")
+    return handle
+
+
+def read_landed(path: str | Path) -> bytes:
+    """The bytes of a landed file (`open_landed`)."""
+    with open_landed(path) as handle:
+        return handle.read()
+
+
 def _is_candidate(path: Path) -> bool:
-    return path.is_file() and is_collectable(path.name)
+    if not is_collectable(path.name):
+        return False
+    if path.is_symlink():
+        log.warning("%s is a symbolic link; not collected (only regular files in the landing zone are)", path)
+        return False
+    return path.is_file()
 
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_landed(path) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

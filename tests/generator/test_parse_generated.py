@@ -26,6 +26,6 @@ def test_generated_file_parses_without_rejects(dataset: Path, relative: str):
     batch = int(relative.split("/")[0].removeprefix("Batch"))
     source = source_for_file(relative, batch)
     assert source is not None
-    staged, rejected = parse_delimited(numbered_lines(str(dataset / relative)), source)
+    staged, rejected = parse_delimited(numbered_lines(str(dataset / relative))[0], source)
     assert rejected.select(["line_no", "reason", "line"]).slice(0, 3).to_pylist() == []
     assert staged.num_rows == len(read_lines(dataset / relative))

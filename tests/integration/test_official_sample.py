@@ -61,7 +61,9 @@ OFFICIAL_FILES = [
 def test_official_file_parses_without_a_single_reject(relative, source, lines):
     batch = int(relative.split("/")[0].removeprefix("Batch"))
     assert source_for_file(relative, batch) is source
-    staged, rejected = parse_delimited(numbered_lines(str(SHARED_SAMPLE / relative)), source)
+    numbered, undecodable = numbered_lines(str(SHARED_SAMPLE / relative))
+    assert undecodable.num_rows == 0
+    staged, rejected = parse_delimited(numbered, source)
     assert rejected.select(["line_no", "reason"]).slice(0, 5).to_pylist() == []
     assert staged.num_rows == lines
 

@@ -106,6 +106,34 @@ def test_stage_job_loads_good_lines_and_rejects_bad_ones(ctx: JobContext):
     assert len(ctx.lake.read_arrow(REJECTS)) == 3
 
 
+def test_a_line_that_is_not_utf8_is_rejected_with_its_reason_and_the_other_lines_staged(spark, tmp_path):
+    """Bytes are never replaced: a delimited line and a FINWIRE line with an invalid byte go to the rejects, named by
+    the byte, with the bytes shown as `\\xNN`; the file's other lines are staged; read = staged + rejected."""
+    settings = Settings(home=tmp_path, spark_master="local[2]")
+    own = JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
+    landing = settings.landing_dir
+    good = [source_line(src.TAX_RATE, tx_id="US1", tx_rate="0.15000"), source_line(src.TAX_RATE, tx_id="US3")]
+    taxes = "\r\n".join(good).encode()
+    deliver(landing, "Batch1/TaxRate.txt", taxes.replace(b"\r\n", b"\r\nUS2|Caf\xe9 tax|0.10000\r\n") + b"\r\n", NOW)
+    deliver(landing, "Batch1/FINWIRE1967Q1", b"19670101-000000CMP\xff\xfe\r\n", NOW)
+    batch_id = collect(BatchLog(own.lake), landing, now=NOW).batch_id
+
+    detail = stage_job(own, batch_id)
+
+    assert (detail["read"], detail["staged"], detail["rejected"]) == (4, 2, 2)
+    assert sorted(r["tx_id"] for r in own.lake.read_arrow(src.TAX_RATE.staging).to_pylist()) == ["US1", "US3"]
+    rejects = [
+        (r["source"], r["source_file"], r["line_no"], r["line"], r["reason"])
+        for r in own.lake.read_arrow(REJECTS).to_pylist()
+    ]
+    assert sorted(rejects) == [
+        ("FINWIRE", "Batch1/FINWIRE1967Q1", 1, "19670101-000000CMP\\xff\\xfe",
+         "not valid UTF-8: byte 0xff at byte 19 of the line"),
+        ("TaxRate", "Batch1/TaxRate.txt", 2, "US2|Caf\\xe9 tax|0.10000",
+         "not valid UTF-8: byte 0xe9 at byte 8 of the line"),
+    ]  # fmt: skip
+
+
 def test_a_file_that_repeats_an_earlier_file_of_its_tpcdi_batch_is_not_staged(ctx: JobContext):
     """Continues the test above (Batch1/TaxRate.txt is staged in micro-batch 1). A piece with the same bytes in TPC-DI
     batch 1 (a producer's retry) is a duplicate; a second copy of Batch2/BatchDate.txt in the same micro-batch is a
@@ -216,14 +244,14 @@ OFFICIAL_LINES = {
 @pytest.mark.parametrize("name", sorted(OFFICIAL_LINES))
 def test_official_reference_files_parse_without_a_single_reject(name: str):
     source = source_for_file(name)
-    staged, rejected = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / name)), source)
+    staged, rejected = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / name))[0], source)
     assert rejected.to_pylist() == []
     assert staged.num_rows == OFFICIAL_LINES[name]
 
 
 @pytest.mark.skipif(not OFFICIAL_BATCH1.exists(), reason="../shared/tpcdi-sample is not beside the checkout")
 def test_official_values_keep_their_exact_text():
-    rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "TaxRate.txt")), src.TAX_RATE)
+    rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "TaxRate.txt"))[0], src.TAX_RATE)
     first = rows.to_pylist()[0]
     assert (first["line_no"], first["tx_id"], first["tx_name"], str(first["tx_rate"])) == (
         1,
@@ -231,5 +259,5 @@ def test_official_values_keep_their_exact_text():
         "U.S. Income Tax Bracket for the poor",
         "0.15000",
     )
-    rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "BatchDate.txt")), src.BATCH_DATE)
+    rows, _ = parse_delimited(numbered_lines(str(OFFICIAL_BATCH1 / "BatchDate.txt"))[0], src.BATCH_DATE)
     assert rows["batchdate"].to_pylist() == [dt.date(2017, 7, 7)]

@@ -69,7 +69,7 @@ def _rows(ctx: JobContext, table, **where) -> list[dict]:
 )
 def test_official_finwire_file_stages_every_record(name: str, expected: dict[str, int]):
     assert _record_types(OFFICIAL / name) == Counter(expected)
-    staged, rejected = parse_finwire(numbered_lines(str(OFFICIAL / name)))
+    staged, rejected = parse_finwire(numbered_lines(str(OFFICIAL / name))[0])
     assert rejected.to_pylist() == []
     assert {code: rows.num_rows for code, rows in staged.items()} == {"CMP": 0, "SEC": 0, "FIN": 0} | expected
 
@@ -81,7 +81,7 @@ def _line(rows, line_no: int, columns: list[str] | None = None) -> dict:
 
 @needs_sample
 def test_official_finwire_values_are_cut_and_typed():
-    staged, _ = parse_finwire(numbered_lines(str(OFFICIAL / "FINWIRE1967Q1")))
+    staged, _ = parse_finwire(numbered_lines(str(OFFICIAL / "FINWIRE1967Q1"))[0])
     cmp = _line(staged["CMP"], 1)
     assert cmp == {
         "pts": dt.datetime(1967, 1, 1, 15, 48, 42, tzinfo=UTC),
@@ -104,7 +104,7 @@ def test_official_finwire_values_are_cut_and_typed():
         "line_no": 1,
     }
 
-    staged, _ = parse_finwire(numbered_lines(str(OFFICIAL / "FINWIRE2000Q1")))
+    staged, _ = parse_finwire(numbered_lines(str(OFFICIAL / "FINWIRE2000Q1"))[0])
     sec_cols = ["pts", "symbol", "issue_type", "status", "name", "ex_id", "sh_out", "first_trade_date"]
     sec_cols += ["first_trade_exchg", "dividend", "co_name_or_cik", "cik", "company_name"]
     by_name = _line(staged["SEC"], 612, sec_cols)

@@ -138,3 +138,25 @@ def test_parts_collected_together_are_merged_in_declared_order_whatever_their_in
             deliver(landing, name, name.encode(), at(second))
         got = merged(scan_landing(landing), channel_order(landing))
         assert [f.file for f in got] == expected, order
+
+
+def test_only_regular_files_inside_the_landing_zone_are_collected_and_read(tmp_path, caplog):
+    """A symbolic link -- to a file elsewhere, or to a directory -- and a FIFO are never collected, and reading one
+    by its landing path fails with a message naming it; the regular file next to them is collected."""
+    from streamdi.collector import NotARegularFile, read_landed
+
+    landing, outside = tmp_path / "landing", tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "TaxRate.txt").write_text("a secret|0.1\n")
+    deliver(landing, "Batch1/StatusType.txt", b"ACTV|Active\n", datetime(2026, 1, 1, tzinfo=UTC))
+    (landing / "Batch1" / "TaxRate.txt").symlink_to(outside / "TaxRate.txt")
+    (landing / "Batch2").symlink_to(outside, target_is_directory=True)
+    os.mkfifo(landing / "Batch1" / "Trade.txt")
+
+    assert [f.file for f in scan_landing(landing)] == ["Batch1/StatusType.txt"]
+    assert "Batch1/TaxRate.txt is a symbolic link; not collected" in caplog.text
+    with pytest.raises(NotARegularFile, match="TaxRate.txt is a symbolic link"):
+        read_landed(landing / "Batch1" / "TaxRate.txt")
+    with pytest.raises(NotARegularFile, match="Trade.txt is not a regular file"):
+        read_landed(landing / "Batch1" / "Trade.txt")
+    assert read_landed(landing / "Batch1" / "StatusType.txt") == b"ACTV|Active\n"
