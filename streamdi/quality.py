@@ -112,7 +112,13 @@ def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
     Expectations' registry, by qualified table name. Raises SuiteError on the first problem."""
     tables = declared_tables()
     suites: dict[str, Suite] = {}
-    for path in sorted(root.glob("*/*.yml")):
+    paths = sorted(root.glob("*/*.yml"))
+    if not paths:  # an install that lost expectations/ would otherwise check nothing, silently
+        raise SuiteError(
+            f"no data-quality suites in {root} (expectations/<layer>/<table>.yml): the directory ships with streamdi "
+            "(the repository, the wheel, the Docker image); without it no check would run"
+        )
+    for path in paths:
         suite = _load_suite(path, tables)
         if suite.name in suites:
             raise SuiteError(f"{path}: a second suite for {suite.name} (the first is {suites[suite.name].path})")
