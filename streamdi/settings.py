@@ -15,13 +15,17 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _SECRET_IN_URL = re.compile(r"(?P<head>://[^:/@]+:)(?P<secret>[^@]*)(?P<tail>@)")
+# `password=...` of a keyword connection string (quoted or not) or of a URL's query string
+_SECRET_KEYWORD = re.compile(r"(?i)(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&]*)")
 
 
 def mask_url(url: str | None) -> str | None:
-    """Hide the password of a connection URL (`postgresql://u:secret@h/db` -> `postgresql://u:***@h/db`)."""
+    """Hide every password of a connection string: a URL's (`postgresql://u:secret@h/db` -> `postgresql://u:***@h/db`,
+    `...?password=secret`) and a keyword string's (`host=h password='a b'` -> `host=h password=***`)."""
     if url is None:
         return None
-    return _SECRET_IN_URL.sub(lambda m: f"{m['head']}***{m['tail']}", url)
+    url = _SECRET_IN_URL.sub(lambda m: f"{m['head']}***{m['tail']}", url)
+    return _SECRET_KEYWORD.sub(lambda m: f"{m['head']}***", url)
 
 
 # The driver JVM compiles with HotSpot's C1 compiler only. Spark's own code is what the JIT compiles (analysis,
@@ -80,7 +84,9 @@ class Settings(BaseSettings):
     )
     pg_database: str = Field(default="streamdi", description="Database name used on the embedded server.")
     reader_password: str | None = Field(
-        default=None, description="Password for the read-only reporting role (none: trust/peer auth only)."
+        default=None,
+        description="Password for the read-only reporting role (none: on the embedded server, the one generated in "
+        "<home>/pgpass; on an external server, whatever its authentication accepts).",
     )
     loader_password: str | None = Field(default=None, description="Password for the loader role.")
     missing_part_policy: str = Field(
@@ -94,6 +100,11 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds the stream service holds back a part whose predecessor has not arrived, before it "
         "cuts it into a micro-batch anyway (then missing_part_policy applies).",
+    )
+    query_timeout: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds a `streamdi query` statement may run before PostgreSQL cancels it (0: no limit).",
     )
     compact_small_files: int = Field(
         default=16,
@@ -137,6 +148,7 @@ class Settings(BaseSettings):
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
             "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
+            "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
             "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",
             "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",

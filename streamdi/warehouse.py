@@ -18,8 +18,9 @@ This is the only module that imports psycopg. Objects it owns:
 - roles `streamdi_loader` (writes dw and streamdi) and `streamdi_reader` (reads them, writes nothing).
 
 Connection: `settings.database_url` when set, else the embedded server (`streamdi.embedded_pg`). On the
-embedded server (trust authentication) the roles log in by name; with a URL they use
-`settings.loader_password` / `settings.reader_password`. When the URL's user can neither create roles nor
+embedded server every role logs in with a password (SCRAM): `settings.loader_password` /
+`settings.reader_password` when given, else the one the server generated into its password file, which the
+conninfo names (`passfile=`); with a URL they use the given passwords. When the URL's user can neither create roles nor
 find them already created, every role connects as that user (a warning says so) and the reader's sessions
 are read-only (`default_transaction_read_only`).
 """
@@ -320,11 +321,20 @@ class Warehouse:
             conn = psycopg.connect(self._conninfo[role])
         except psycopg.OperationalError as exc:
             user = conninfo_to_dict(self._conninfo[role]).get("user")
-            if role != "admin" and f'role "{user}" does not exist' in str(exc):
+            # with password authentication the server answers a missing role as a wrong password: ask it
+            if role != "admin" and (f'role "{user}" does not exist' in str(exc) or not self._role_exists(user)):
                 raise RuntimeError(f"role {user} does not exist yet; run ensure_objects (streamdi setup)") from exc
             raise
         with conn:
             yield conn
+
+    def _role_exists(self, name: str | None) -> bool:
+        """Whether the server has role `name` (True when the admin cannot tell: the caller keeps its own error)."""
+        try:
+            with self.connect("admin") as conn:
+                return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is not None
+        except psycopg.Error:
+            return True
 
     def server_version(self) -> str:
         """The server's version string, e.g. `18.1`."""
@@ -482,13 +492,21 @@ class Warehouse:
         columns, rows = self.query(f"SELECT * FROM {METRICS_TABLE} ORDER BY batch_id")
         return [dict(zip(columns, row, strict=True)) for row in rows]
 
-    def read_snapshot(self, statement: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Snapshot:
+    def read_snapshot(
+        self, statement: str, params: Sequence[Any] | dict[str, Any] | None = None, *, timeout: float = 0
+    ) -> Snapshot:
         """Run one read-only statement as the reader, in a REPEATABLE READ transaction that first reads the
         newest visible batch: the rows and the staleness (snapshot time minus the newest visible batch's
-        arrival) describe the same snapshot."""
+        arrival) describe the same snapshot.
+
+        One statement only: it is sent with the extended protocol (prepared), which refuses a string of several
+        (`COMMIT; DELETE ...` cannot end the read-only transaction and go on). The transaction is READ ONLY, and
+        with `timeout` (seconds, 0: none) PostgreSQL cancels the statement after that long."""
         with self.connect("reader") as conn:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             conn.read_only = True
+            if timeout > 0:
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout * 1000)}ms",))
             newest = conn.execute(
                 f"""SELECT m.batch_id, m.arrived_at, extract(epoch FROM statement_timestamp() - m.arrived_at)
                     FROM (SELECT max(batch_id) AS b FROM {METRICS_TABLE}) AS top
@@ -496,7 +514,7 @@ class Warehouse:
             ).fetchone()
             started = time.perf_counter()
             with conn.cursor() as cur:
-                cur.execute(statement, params)
+                cur.execute(statement, params, prepare=True)
                 columns = [d.name for d in cur.description] if cur.description else []
                 rows = cur.fetchall() if cur.description else []
             seconds = time.perf_counter() - started
@@ -521,7 +539,16 @@ class Warehouse:
 def open_warehouse(settings: Settings) -> Warehouse:
     """Connect to the warehouse server (`DATABASE_URL`, else the embedded server, started if needed) and
     decide how each role connects. Creates no database objects (see `Warehouse.ensure_objects`)."""
-    url = settings.database_url or embedded_pg.ensure_server(settings)
+    given = {"loader": settings.loader_password, "reader": settings.reader_password}
+    passwords = dict(given)
+    if settings.database_url:
+        url = settings.database_url
+    else:  # every login needs a password: the ones not given come from the embedded server's password file
+        url = embedded_pg.ensure_server(settings, roles=(LOADER_ROLE, READER_ROLE))
+        stored = embedded_pg.role_passwords(settings)
+        passwords = {
+            key: given[key] or stored[role] for key, role in (("loader", LOADER_ROLE), ("reader", READER_ROLE))
+        }
     with psycopg.connect(url) as conn:
         (can_create,) = conn.execute(
             "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
@@ -531,11 +558,10 @@ def open_warehouse(settings: Settings) -> Warehouse:
         ).fetchone()[0]
         user = conn.info.user
     dedicated = bool(can_create) or existing == 2
-    passwords = {"loader": settings.loader_password, "reader": settings.reader_password}
-    if dedicated:
+    if dedicated:  # a password from the password file stays out of the conninfo (it names the file)
         role_conninfo = {
-            "loader": _conninfo_as(url, LOADER_ROLE, passwords["loader"]),
-            "reader": _conninfo_as(url, READER_ROLE, passwords["reader"]),
+            "loader": _conninfo_as(url, LOADER_ROLE, given["loader"]),
+            "reader": _conninfo_as(url, READER_ROLE, given["reader"]),
         }
     else:
         log.warning(

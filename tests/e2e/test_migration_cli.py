@@ -122,6 +122,40 @@ def test_query_fresh_sees_the_batch_committed_a_moment_before(settings, warehous
     assert "pulled: nothing pending" in again.stdout
 
 
+def test_a_query_is_one_read_only_statement_under_a_time_limit_and_a_failure_is_one_line(settings, warehouse, tmp_path):
+    """`streamdi query` cannot write: a second statement after the first (even after a COMMIT) is refused, a write
+    fails; a statement past STREAMDI_QUERY_TIMEOUT is cancelled; every failure is one line on stderr and exit 1."""
+    db = database_settings(settings, warehouse, "mig_cli_guard")
+    stream = StreamLake(tmp_path / "lake")
+    first_batches(stream)
+    env = cli_env(settings.home, db.database_url, stream.lake.root)
+    target = open_warehouse(db)
+    target.ensure_objects(WAREHOUSE_TABLES)
+    migrate_pending(stream.lake, target, mode="push")
+    trades = target.query("SELECT count(*) FROM dw.dimtrade", role="admin")[1]
+    assert trades[0][0] > 0
+    several = "cannot insert multiple commands into a prepared statement"
+    for statement, error, extra in (
+        ("SELECT 1; DELETE FROM dw.dimtrade", several, {}),
+        ("COMMIT; DELETE FROM dw.dimtrade", several, {}),
+        ("DELETE FROM dw.dimtrade", "cannot execute DELETE in a read-only transaction", {}),
+        ("SELECT * FROM dw.nothing_here", 'relation "dw.nothing_here" does not exist', {}),
+        ("SELECT pg_sleep(30)", "canceling statement due to statement timeout", {"STREAMDI_QUERY_TIMEOUT": "0.5"}),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "streamdi.cli", "query", statement],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        failed = [line for line in done.stderr.splitlines() if line.startswith("query failed: ")]
+        assert len(failed) == 1 and error in failed[0], done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+    assert target.query("SELECT count(*) FROM dw.dimtrade", role="admin")[1] == trades
+
+
 def wait_until(condition, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

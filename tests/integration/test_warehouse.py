@@ -186,6 +186,50 @@ def test_embedded_server_runs_as_pgserver_and_is_shared_with_another_process(set
     assert child_pid not in handles
 
 
+@needs_embedded
+def test_every_login_to_the_embedded_server_needs_its_password_also_after_an_older_trusting_home(tmp_path):
+    """A server of its own: pg_hba.conf is one SCRAM line, the passwords are in <home>/pgpass (0600), a conninfo
+    without the file is refused for every role. Then the home is made as an older streamdi left it (trust, no
+    password file): the next start converts it, the data stays."""
+    from streamdi.warehouse import LOADER_ROLE, READER_ROLE, open_warehouse
+
+    settings = Settings(home=tmp_path / "home")
+
+    def refused_without_the_file(url: str, user: str) -> None:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        params.pop("passfile")
+        with pytest.raises(psycopg.OperationalError, match="no password supplied|password authentication failed"):
+            psycopg.connect(psycopg.conninfo.make_conninfo(**{**params, "user": user}), passfile="/dev/null")
+
+    try:
+        warehouse = open_warehouse(settings)
+        warehouse.ensure_objects([])
+        url = embedded_pg.ensure_server(settings)
+        hba = (settings.pgdata / "pg_hba.conf").read_text()
+        assert [line for line in hba.splitlines() if not line.startswith("#")] == ["local all all scram-sha-256"]
+        pgpass = settings.home / "pgpass"
+        assert pgpass.stat().st_mode & 0o777 == 0o600
+        assert sorted(embedded_pg.role_passwords(settings)) == sorted(["postgres", LOADER_ROLE, READER_ROLE])
+        assert "password" not in url.lower().replace("passfile", "")
+        for user in ("postgres", LOADER_ROLE, READER_ROLE):
+            refused_without_the_file(url, user)
+        warehouse.query("CREATE TABLE dw.kept (id integer)", role="admin")
+        warehouse.query("INSERT INTO dw.kept VALUES (1)", role="admin")
+        assert warehouse.query("SELECT current_user", role="reader")[1] == [(READER_ROLE,)]
+
+        embedded_pg.stop_server(settings)
+        (settings.pgdata / "pg_hba.conf").write_text("local all all trust\n")
+        pgpass.unlink()
+        again = open_warehouse(settings)  # converts the home: new passwords, SCRAM only
+        assert (settings.pgdata / "pg_hba.conf").read_text() == hba
+        assert again.query("SELECT id FROM dw.kept", role="reader")[1] == [(1,)]
+        assert again.query("SELECT current_user", role="loader")[1] == [(LOADER_ROLE,)]
+        for user in ("postgres", LOADER_ROLE, READER_ROLE):
+            refused_without_the_file(embedded_pg.ensure_server(settings), user)
+    finally:
+        embedded_pg.stop_server(settings)
+
+
 def test_reader_selects_but_cannot_write_loader_writes(warehouse):
     table = values_table("wh_test_roles")
     warehouse.ensure_objects([table])
@@ -784,9 +828,11 @@ def test_user_that_cannot_create_roles_degrades_to_its_own_user(own_server, capl
     admin = open_warehouse(settings)
     with admin.connect("admin") as conn:
         conn.autocommit = True
-        conn.execute("CREATE ROLE wh_test_limited LOGIN")
+        conn.execute("CREATE ROLE wh_test_limited LOGIN PASSWORD 'limited-pw'")  # every login needs one
         conn.execute("CREATE DATABASE wh_test_limited_db OWNER wh_test_limited")
-    limited_url = admin_url.replace("postgres:@", "wh_test_limited:@").replace("/streamdi?", "/wh_test_limited_db?")
+    limited_url = admin_url.replace("postgres:@", "wh_test_limited:limited-pw@").replace(
+        "/streamdi?", "/wh_test_limited_db?"
+    )
     table = values_table("wh_test_degraded")
 
     wh = open_warehouse(Settings(home=settings.home, database_url=limited_url))

@@ -44,6 +44,19 @@ def test_mask_url_leaves_urls_without_password_alone():
     assert mask_url(None) is None
 
 
+@pytest.mark.parametrize(
+    ("conninfo", "shown"),
+    [
+        ("host=db user=u password=s3cret dbname=dw", "host=db user=u password=*** dbname=dw"),
+        ("host=db password = 'with space\\'s' user=u", "host=db password = *** user=u"),
+        ("postgresql://u@h/db?sslmode=require&password=s3cret", "postgresql://u@h/db?sslmode=require&password=***"),
+        ("postgresql://u:p@h/db?PASSWORD=x", "postgresql://u:***@h/db?PASSWORD=***"),
+    ],
+)
+def test_mask_url_hides_keyword_and_query_passwords(conninfo: str, shown: str):
+    assert mask_url(conninfo) == shown
+
+
 def test_streamdi_config_masks_secrets(monkeypatch, tmp_path: Path):
     from typer.testing import CliRunner
 
