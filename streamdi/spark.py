@@ -27,6 +27,10 @@ from streamdi.settings import Settings
 from streamdi.spark_options import jvm_options, server_options, session_options
 
 log = logging.getLogger(__name__)
+# py4j logs every connection it opens and closes at INFO, and closes the last ones from `__del__` at interpreter
+# exit, when a handler's stream may already be closed ("--- Logging error ---" tracebacks after a clean run).
+# Its warnings and errors still come through.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:

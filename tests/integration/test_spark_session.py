@@ -50,3 +50,26 @@ print(sorted(set(records)))
     assert ("WARNING", "a line the JVM writes to stderr") in records
     assert ("DEBUG", "WARNING: Using incubator modules: jdk.incubator.vector") in records
     assert {level for level, message in records if "a line the JVM writes" not in message} == {"DEBUG"}
+
+
+def test_a_clean_exit_prints_no_logging_error_from_py4j(tmp_path):
+    """A process that logs at INFO to a stream it closes before exiting (as pytest's capture does, and a CLI piped
+    into a pager that quits) exits without "--- Logging error ---": py4j closes its connections from `__del__` at
+    exit and logged that at INFO into the closed stream."""
+    import subprocess
+    import sys
+
+    script = """
+import io, logging, sys
+stream = io.StringIO()
+logging.basicConfig(level=logging.INFO, stream=stream)
+from streamdi.settings import Settings
+from streamdi.spark import get_spark
+spark = get_spark(Settings(home=sys.argv[1], spark_master="local[1]"))
+assert spark.range(3).count() == 3
+stream.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "Logging error" not in done.stderr, done.stderr[-2000:]
