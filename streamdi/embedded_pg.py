@@ -40,6 +40,7 @@ import secrets
 import subprocess
 import warnings
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 
@@ -99,7 +100,7 @@ def _passfile(pgdata: Path) -> Path:
 
 def _url(server: PostgresServer, database: str) -> str:
     """The superuser URL of `database`, naming the password file (the URL carries no password)."""
-    return f"{server.get_uri(database=database)}&passfile={_passfile(server.pgdata)}"
+    return f"{server.get_uri(database=database)}&passfile={quote(str(_passfile(server.pgdata)), safe='/')}"
 
 
 def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:

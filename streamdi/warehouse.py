@@ -323,7 +323,10 @@ class Warehouse:
             user = conninfo_to_dict(self._conninfo[role]).get("user")
             # with password authentication the server answers a missing role as a wrong password: ask it
             if role != "admin" and (f'role "{user}" does not exist' in str(exc) or not self._role_exists(user)):
-                raise RuntimeError(f"role {user} does not exist yet; run ensure_objects (streamdi setup)") from exc
+                raise RuntimeError(
+                    f"role {user} does not exist yet; Warehouse.ensure_objects creates it (`streamdi load`, `streamdi "
+                    "migrate` and `streamdi db start` call it)"
+                ) from exc
             raise
         with conn:
             yield conn

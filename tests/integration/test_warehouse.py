@@ -847,7 +847,9 @@ def test_user_that_cannot_create_roles_degrades_to_its_own_user(own_server, capl
     with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
         wh.query("DELETE FROM dw.wh_test_degraded", role="reader")
     assert admin.query("SELECT rolname FROM pg_roles WHERE rolname LIKE 'streamdi%'", role="admin")[1] == []
-    with pytest.raises(RuntimeError, match="role streamdi_reader does not exist yet; run ensure_objects"):
+    with pytest.raises(
+        RuntimeError, match="role streamdi_reader does not exist yet; Warehouse.ensure_objects creates it"
+    ):
         admin.query("SELECT 1")
 
 
