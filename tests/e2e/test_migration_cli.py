@@ -90,14 +90,20 @@ def expected_summary(model: TradeModel) -> list[tuple]:
     return out
 
 
-def test_query_fresh_sees_the_batch_committed_a_moment_before(settings, warehouse, tmp_path):
-    db = database_settings(settings, warehouse, "mig_cli_pull")
+def two_batches_pushed(settings, warehouse, tmp_path, database: str):
+    """A lake with the first two batches, pushed into `database` of its own: (stream, CLI env, warehouse, pushed)."""
+    db = database_settings(settings, warehouse, database)
     stream = StreamLake(tmp_path / "lake")
     first_batches(stream)
     env = cli_env(settings.home, db.database_url, stream.lake.root)
     target = open_warehouse(db)
     target.ensure_objects(WAREHOUSE_TABLES)
-    assert migrate_pending(stream.lake, target, mode="push").batches == (1, 2)
+    return stream, env, target, migrate_pending(stream.lake, target, mode="push")
+
+
+def test_query_fresh_sees_the_batch_committed_a_moment_before(settings, warehouse, tmp_path):
+    stream, env, target, pushed = two_batches_pushed(settings, warehouse, tmp_path, "mig_cli_pull")
+    assert pushed.batches == (1, 2)
     before = expected_summary(stream.model)
     assert target.read_snapshot(NAMED_QUERIES["trade_summary"].sql).rows == before
 
@@ -125,13 +131,7 @@ def test_query_fresh_sees_the_batch_committed_a_moment_before(settings, warehous
 def test_a_query_is_one_read_only_statement_under_a_time_limit_and_a_failure_is_one_line(settings, warehouse, tmp_path):
     """`streamdi query` cannot write: a second statement after the first (even after a COMMIT) is refused, a write
     fails; a statement past STREAMDI_QUERY_TIMEOUT is cancelled; every failure is one line on stderr and exit 1."""
-    db = database_settings(settings, warehouse, "mig_cli_guard")
-    stream = StreamLake(tmp_path / "lake")
-    first_batches(stream)
-    env = cli_env(settings.home, db.database_url, stream.lake.root)
-    target = open_warehouse(db)
-    target.ensure_objects(WAREHOUSE_TABLES)
-    migrate_pending(stream.lake, target, mode="push")
+    _, env, target, _ = two_batches_pushed(settings, warehouse, tmp_path, "mig_cli_guard")
     trades = target.query("SELECT count(*) FROM dw.dimtrade", role="admin")[1]
     assert trades[0][0] > 0
     several = "cannot insert multiple commands into a prepared statement"
