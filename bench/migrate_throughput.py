@@ -38,12 +38,11 @@ from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch
 from streamdi.settings import Settings
-from streamdi.warehouse import LEDGER_TABLE, METRICS_TABLE, Warehouse, open_warehouse
+from streamdi.warehouse import Warehouse, open_warehouse
 
 
 def reset(warehouse: Warehouse) -> None:
-    names = ", ".join(f"dw.{t.name}" for t in WAREHOUSE_TABLES)
-    warehouse.query(f"TRUNCATE {names}, {LEDGER_TABLE}, {METRICS_TABLE}", role="admin")
+    warehouse.empty_tables(WAREHOUSE_TABLES)
 
 
 def psql(url: str, command: str) -> float:

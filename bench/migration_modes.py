@@ -41,7 +41,7 @@ from streamdi.lake import Lake
 from streamdi.migrator import migrate_pending
 from streamdi.queries import NAMED_QUERIES
 from streamdi.settings import Settings
-from streamdi.warehouse import LEDGER_TABLE, METRICS_TABLE, Warehouse, open_warehouse
+from streamdi.warehouse import Warehouse, open_warehouse
 
 TYPES = ["Limit Buy", "Limit Sell", "Market Buy", "Market Sell"]
 TRADE_TYPES = [
@@ -133,8 +133,7 @@ class QuerySample:
 
 
 def reset(warehouse: Warehouse) -> None:
-    names = ", ".join(f"dw.{t.name}" for t in WAREHOUSE_TABLES)
-    warehouse.query(f"TRUNCATE {names}, {LEDGER_TABLE}, {METRICS_TABLE}", role="admin")
+    warehouse.empty_tables(WAREHOUSE_TABLES)
 
 
 def run_one(

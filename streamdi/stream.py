@@ -482,19 +482,9 @@ class StreamService:
 
     def _latency(self, batch_id: int) -> BatchLatency:
         """The batch's `streamdi.batch_metrics` row as seconds after its arrival."""
-        from streamdi.warehouse import METRICS_TABLE
-
-        _, rows = self.ctx.warehouse.query(
-            f"""SELECT rows, extract(epoch FROM staged_at - arrived_at), extract(epoch FROM delta_committed_at -
-                arrived_at), extract(epoch FROM visible_at - arrived_at) FROM {METRICS_TABLE} WHERE batch_id = %s""",
-            (batch_id,),
-        )
-        rows_, staged, committed, visible = rows[0] if rows else (0, None, None, None)
-
-        def seconds(value) -> float | None:
-            return None if value is None else round(float(value), 3)
-
-        return BatchLatency(batch_id, int(rows_ or 0), {}, seconds(staged), seconds(committed), seconds(visible))
+        rows, *seconds = self.ctx.warehouse.batch_latency(batch_id) or (0, None, None, None)
+        staged, committed, visible = (None if v is None else round(v, 3) for v in seconds)
+        return BatchLatency(batch_id, rows, {}, staged, committed, visible)
 
 
 @contextlib.contextmanager

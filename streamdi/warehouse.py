@@ -63,15 +63,19 @@ SCHEMA_BY_LAYER = {"warehouse": "dw", "quality": PLATFORM_SCHEMA}
 TABLE_PREFIX_BY_LAYER = {"quality": "quality_"}
 # Declared tables every database gets besides the caller's warehouse tables (see `ensure_objects`).
 PLATFORM_PG_TABLES: tuple[Table, ...] = QUALITY_TABLES
+# The ledger and the batch metrics: unquoted `schema.name` for messages and other modules, and as identifiers for
+# the statements of this module (every statement here is composed with `psycopg.sql`, none by string formatting).
 LEDGER_TABLE = f"{PLATFORM_SCHEMA}.migration_ledger"
 METRICS_TABLE = f"{PLATFORM_SCHEMA}.batch_metrics"
+_LEDGER = sql.Identifier(PLATFORM_SCHEMA, "migration_ledger")
+_METRICS = sql.Identifier(PLATFORM_SCHEMA, "batch_metrics")
 
 # Rows per COPY chunk: bounds the memory of the CSV serialization, not the transaction size.
 COPY_CHUNK_ROWS = 10_000
 # A first load of at least this many rows builds the table's indexes after the COPY (`_load_empty`).
 BULK_LOAD_ROWS = 50_000
 
-_LEDGER_DDL = f"""CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
+_LEDGER_DDL = sql.SQL("""CREATE TABLE IF NOT EXISTS {} (
     table_name text NOT NULL,
     delta_version bigint NOT NULL,
     batch_id bigint NOT NULL,
@@ -80,9 +84,9 @@ _LEDGER_DDL = f"""CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
     started_at timestamptz NOT NULL,
     committed_at timestamptz NOT NULL,
     PRIMARY KEY (table_name, delta_version)
-);"""
+);""").format(_LEDGER)
 
-_METRICS_DDL = f"""CREATE TABLE IF NOT EXISTS {METRICS_TABLE} (
+_METRICS_DDL = sql.SQL("""CREATE TABLE IF NOT EXISTS {metrics} (
     batch_id bigint PRIMARY KEY,
     arrived_at timestamptz,
     delta_committed_at timestamptz,
@@ -92,17 +96,17 @@ _METRICS_DDL = f"""CREATE TABLE IF NOT EXISTS {METRICS_TABLE} (
     mode text NOT NULL,
     staged_at timestamptz
 );
-ALTER TABLE {METRICS_TABLE} ADD COLUMN IF NOT EXISTS staged_at timestamptz;"""
+ALTER TABLE {metrics} ADD COLUMN IF NOT EXISTS staged_at timestamptz;""").format(metrics=_METRICS)
 
 # A first load builds a large table's indexes after its COPY (`_load_empty`). Dropping and creating an index
 # needs the table's owner, which the loader is not (it may not drop a table): these two functions run as their
 # owner (the admin) for the loader, only on an empty table of streamdi's schemas, inside the caller's transaction.
 # The first records the table's primary key and indexes in a temporary table of the transaction and drops them;
 # the second recreates what the first dropped. A transaction that ends between the two rolls the drop back.
-DROP_INDEXES_FN = f"{PLATFORM_SCHEMA}.drop_indexes_for_load"
-REBUILD_INDEXES_FN = f"{PLATFORM_SCHEMA}.rebuild_indexes_after_load"
-_BULK_LOAD_DDL = f"""
-CREATE OR REPLACE FUNCTION {DROP_INDEXES_FN}(target regclass) RETURNS integer
+DROP_INDEXES_FN = sql.Identifier(PLATFORM_SCHEMA, "drop_indexes_for_load")
+REBUILD_INDEXES_FN = sql.Identifier(PLATFORM_SCHEMA, "rebuild_indexes_after_load")
+_BULK_LOAD_DDL = sql.SQL("""
+CREATE OR REPLACE FUNCTION {drop_fn}(target regclass) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     is_empty boolean;
@@ -110,7 +114,7 @@ DECLARE
     ix record;
 BEGIN
     IF (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = target)
-       NOT IN ('dw', '{PLATFORM_SCHEMA}') THEN
+       NOT IN ('dw', {platform_schema}) THEN
         RAISE EXCEPTION '% is not a table of streamdi', target;
     END IF;
     EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM %s)', target) INTO is_empty;
@@ -140,7 +144,7 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION {REBUILD_INDEXES_FN}(target regclass) RETURNS integer
+CREATE OR REPLACE FUNCTION {rebuild_fn}(target regclass) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET maintenance_work_mem = '256MB'
 AS $fn$
 DECLARE
@@ -161,8 +165,11 @@ BEGIN
 END
 $fn$;
 
-REVOKE ALL ON FUNCTION {DROP_INDEXES_FN}(regclass), {REBUILD_INDEXES_FN}(regclass) FROM PUBLIC;
-"""
+REVOKE ALL ON FUNCTION {drop_fn}(regclass), {rebuild_fn}(regclass) FROM PUBLIC;
+""").format(drop_fn=DROP_INDEXES_FN, rebuild_fn=REBUILD_INDEXES_FN, platform_schema=sql.Literal(PLATFORM_SCHEMA))
+
+_MIGRATED_VERSIONS = sql.SQL("SELECT table_name, max(delta_version) FROM {} GROUP BY table_name").format(_LEDGER)
+_LAST_VISIBLE_BATCH = sql.SQL("SELECT max(batch_id) FROM {}").format(_METRICS)
 
 _PG_TYPES = {
     "int": "integer",
@@ -227,10 +234,14 @@ class Snapshot:
 
 def pg_type(logical: str) -> str:
     """The PostgreSQL type of a logical column type (see the table in `schemas.model`)."""
+    return _pg_type_sql(logical).as_string()
+
+
+def _pg_type_sql(logical: str) -> sql.Composable:
     dec = decimal_precision(logical)
     if dec:
-        return f"numeric({dec[0]},{dec[1]})"
-    return _PG_TYPES[logical]
+        return sql.SQL("numeric({},{})").format(*map(sql.Literal, dec))
+    return sql.SQL(_PG_TYPES[logical])
 
 
 def pg_schema(table: Table) -> str:
@@ -264,25 +275,35 @@ def create_table_sql(table: Table) -> str:
     """DDL for one declared table: `CREATE TABLE IF NOT EXISTS` plus one `CREATE INDEX IF NOT EXISTS` per
     `pg_indexes` entry. Types follow the declaration, NOT NULL follows `nullable`, the primary key is
     `table.key`. Idempotent; it never alters an existing table (see `Warehouse.ensure_objects`)."""
+    return _create_table(table).as_string()
+
+
+def _create_table(table: Table) -> sql.Composed:
+    """`create_table_sql` as the statement `ensure_objects` runs."""
     if not table.key:
         raise ValueError(f"{table.name}: a PostgreSQL table needs a key (primary key and upsert key)")
     name = pg_name(table)
-    qualified = f"{pg_schema(table)}.{_quote(name)}"
-    lines = [f"    {_quote(c.name)} {pg_type(c.type)}{'' if c.nullable else ' NOT NULL'}," for c in table.columns]
-    lines.append(f"    PRIMARY KEY ({_column_list(table.key)})")
-    statements = [f"CREATE TABLE IF NOT EXISTS {qualified} (\n" + "\n".join(lines) + "\n);"]
+    # The schema is one of the constant names of SCHEMA_BY_LAYER (`dw`, `streamdi`), written unquoted as the DDL
+    # always has been; the table, column and index names are quoted identifiers.
+    qualified = sql.SQL("{}.{}").format(sql.SQL(pg_schema(table)), sql.Identifier(name))
+    lines = [
+        sql.SQL("    {} {}{}").format(
+            sql.Identifier(c.name), _pg_type_sql(c.type), sql.SQL("" if c.nullable else " NOT NULL")
+        )
+        for c in table.columns
+    ]
+    lines.append(sql.SQL("    PRIMARY KEY ({})").format(_column_list(table.key)))
+    statements = [sql.SQL("CREATE TABLE IF NOT EXISTS {} (\n{}\n);").format(qualified, sql.SQL(",\n").join(lines))]
     for columns in table.pg_indexes:
-        index_name = f"{name}_{'_'.join(columns)}_idx"[:63]
-        statements.append(f"CREATE INDEX IF NOT EXISTS {_quote(index_name)} ON {qualified} ({_column_list(columns)});")
-    return "\n".join(statements)
+        index_name = sql.Identifier(f"{name}_{'_'.join(columns)}_idx"[:63])
+        statements.append(
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({});").format(index_name, qualified, _column_list(columns))
+        )
+    return sql.SQL("\n").join(statements)
 
 
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-def _column_list(names: Iterable[str]) -> str:
-    return ", ".join(_quote(n) for n in names)
+def _column_list(names: Iterable[str]) -> sql.Composed:
+    return sql.SQL(", ").join(map(sql.Identifier, names))
 
 
 class Warehouse:
@@ -345,7 +366,10 @@ class Warehouse:
             return str(conn.execute("SHOW server_version").fetchone()[0])
 
     def query(
-        self, statement: str, params: Sequence[Any] | dict[str, Any] | None = None, role: Role = "reader"
+        self,
+        statement: str | sql.Composable,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        role: Role = "reader",
     ) -> tuple[list[str], list[tuple]]:
         """Run one statement as `role` and return (column names, rows); empty lists for statements that
         return no rows. Writes made as a writing role are committed."""
@@ -379,11 +403,15 @@ class Warehouse:
                 raise WarehouseSchemaError(
                     "PostgreSQL tables differ from their declarations in schemas/:\n  - " + "\n  - ".join(problems)
                 )
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS dw; CREATE SCHEMA IF NOT EXISTS {PLATFORM_SCHEMA};")
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}; CREATE SCHEMA IF NOT EXISTS {};").format(
+                    sql.Identifier("dw"), sql.Identifier(PLATFORM_SCHEMA)
+                )
+            )
             conn.execute(_LEDGER_DDL)
             conn.execute(_METRICS_DDL)
             for table in tables:
-                conn.execute(create_table_sql(table))
+                conn.execute(_create_table(table))
             conn.execute(_BULK_LOAD_DDL)
             if self._manage_roles:
                 self._ensure_roles(conn)
@@ -410,18 +438,24 @@ class Warehouse:
         schemas = sql.SQL(", ").join([sql.Identifier("dw"), sql.Identifier(PLATFORM_SCHEMA)])
         writes = sql.SQL("SELECT, INSERT, UPDATE, DELETE")
         for stmt in (
-            "GRANT CONNECT, TEMPORARY ON DATABASE {db} TO {loader}",
-            "GRANT CONNECT ON DATABASE {db} TO {reader}",
-            "GRANT USAGE ON SCHEMA {schemas} TO {loader}, {reader}",
-            "GRANT {writes} ON ALL TABLES IN SCHEMA {schemas} TO {loader}",
-            "GRANT SELECT ON ALL TABLES IN SCHEMA {schemas} TO {reader}",
-            "ALTER DEFAULT PRIVILEGES IN SCHEMA {schemas} GRANT {writes} ON TABLES TO {loader}",
-            "ALTER DEFAULT PRIVILEGES IN SCHEMA {schemas} GRANT SELECT ON TABLES TO {reader}",
-            f"GRANT EXECUTE ON FUNCTION {DROP_INDEXES_FN}(regclass), {REBUILD_INDEXES_FN}(regclass) TO {{loader}}",
+            sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {db} TO {loader}"),
+            sql.SQL("GRANT CONNECT ON DATABASE {db} TO {reader}"),
+            sql.SQL("GRANT USAGE ON SCHEMA {schemas} TO {loader}, {reader}"),
+            sql.SQL("GRANT {writes} ON ALL TABLES IN SCHEMA {schemas} TO {loader}"),
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {schemas} TO {reader}"),
+            sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {schemas} GRANT {writes} ON TABLES TO {loader}"),
+            sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {schemas} GRANT SELECT ON TABLES TO {reader}"),
+            sql.SQL("GRANT EXECUTE ON FUNCTION {drop_fn}(regclass), {rebuild_fn}(regclass) TO {loader}"),
         ):
             conn.execute(
-                sql.SQL(stmt).format(
-                    db=sql.Identifier(database), loader=loader, reader=reader, schemas=schemas, writes=writes
+                stmt.format(
+                    db=sql.Identifier(database),
+                    loader=loader,
+                    reader=reader,
+                    schemas=schemas,
+                    writes=writes,
+                    drop_fn=DROP_INDEXES_FN,
+                    rebuild_fn=REBUILD_INDEXES_FN,
                 )
             )
 
@@ -463,37 +497,63 @@ class Warehouse:
     def last_migrated_version(self, table_name: str) -> int | None:
         """The highest Delta version of `table_name` (a `ledger_key`) recorded in the ledger, None if never
         migrated."""
-        _, rows = self.query(f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (table_name,))
+        _, rows = self.query(
+            sql.SQL("SELECT max(delta_version) FROM {} WHERE table_name = %s").format(_LEDGER), (table_name,)
+        )
         return rows[0][0]
 
     def migrated_versions(self) -> dict[str, int]:
         """The highest migrated Delta version of every table in the ledger, by `ledger_key` (one query)."""
-        _, rows = self.query(f"SELECT table_name, max(delta_version) FROM {LEDGER_TABLE} GROUP BY table_name")
+        _, rows = self.query(_MIGRATED_VERSIONS)
         return dict(rows)
 
     def migration_state(self) -> tuple[int | None, dict[str, int]]:
         """`(last_visible_batch(), migrated_versions())` read in one round trip."""
         with self.connect("reader") as conn:
-            visible = conn.execute(f"SELECT max(batch_id) FROM {METRICS_TABLE}").fetchone()[0]
-            versions = conn.execute(
-                f"SELECT table_name, max(delta_version) FROM {LEDGER_TABLE} GROUP BY table_name"
-            ).fetchall()
+            visible = conn.execute(_LAST_VISIBLE_BATCH).fetchone()[0]
+            versions = conn.execute(_MIGRATED_VERSIONS).fetchall()
         return visible, dict(versions)
 
     def last_visible_batch(self) -> int | None:
         """The newest micro-batch visible in PostgreSQL (per `batch_metrics`), None if none is."""
-        _, rows = self.query(f"SELECT max(batch_id) FROM {METRICS_TABLE}")
+        _, rows = self.query(_LAST_VISIBLE_BATCH)
         return rows[0][0]
 
     def batch_visible(self, batch_id: int) -> bool:
         """Whether `batch_id` is visible (its metrics row, hence all of its data, is committed)."""
-        _, rows = self.query(f"SELECT EXISTS (SELECT 1 FROM {METRICS_TABLE} WHERE batch_id = %s)", (batch_id,))
+        _, rows = self.query(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE batch_id = %s)").format(_METRICS), (batch_id,)
+        )
         return bool(rows[0][0])
 
     def batch_metrics(self) -> list[dict[str, Any]]:
         """All `batch_metrics` rows, oldest batch first."""
-        columns, rows = self.query(f"SELECT * FROM {METRICS_TABLE} ORDER BY batch_id")
+        columns, rows = self.query(sql.SQL("SELECT * FROM {} ORDER BY batch_id").format(_METRICS))
         return [dict(zip(columns, row, strict=True)) for row in rows]
+
+    def batch_latency(self, batch_id: int) -> tuple[int, float | None, float | None, float | None] | None:
+        """The batch's `batch_metrics` row as (rows, seconds from arrival to staged, to committed in Delta, to
+        visible in PostgreSQL), or None when the batch is not visible yet."""
+        since = sql.SQL("extract(epoch FROM {} - arrived_at)")
+        _, rows = self.query(
+            sql.SQL("SELECT rows, {}, {}, {} FROM {} WHERE batch_id = %s").format(
+                since.format(sql.Identifier("staged_at")),
+                since.format(sql.Identifier("delta_committed_at")),
+                since.format(sql.Identifier("visible_at")),
+                _METRICS,
+            ),
+            (batch_id,),
+        )
+        if not rows:
+            return None
+        count, *seconds = rows[0]
+        return int(count or 0), *(None if v is None else float(v) for v in seconds)
+
+    def empty_tables(self, tables: Iterable[Table]) -> None:
+        """TRUNCATE `tables`, the migration ledger and the batch metrics, as the admin (benchmarks start every run
+        from an empty warehouse)."""
+        names = [sql.Identifier(pg_schema(t), pg_name(t)) for t in tables]
+        self.query(sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join([*names, _LEDGER, _METRICS])), role="admin")
 
     def read_snapshot(
         self, statement: str, params: Sequence[Any] | dict[str, Any] | None = None, *, timeout: float = 0
@@ -511,9 +571,11 @@ class Warehouse:
             if timeout > 0:
                 conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout * 1000)}ms",))
             newest = conn.execute(
-                f"""SELECT m.batch_id, m.arrived_at, extract(epoch FROM statement_timestamp() - m.arrived_at)
-                    FROM (SELECT max(batch_id) AS b FROM {METRICS_TABLE}) AS top
-                    LEFT JOIN {METRICS_TABLE} AS m ON m.batch_id = top.b"""
+                sql.SQL(
+                    """SELECT m.batch_id, m.arrived_at, extract(epoch FROM statement_timestamp() - m.arrived_at)
+                    FROM (SELECT max(batch_id) AS b FROM {metrics}) AS top
+                    LEFT JOIN {metrics} AS m ON m.batch_id = top.b"""
+                ).format(metrics=_METRICS)
             ).fetchone()
             started = time.perf_counter()
             with conn.cursor() as cur:
@@ -534,7 +596,7 @@ class Warehouse:
     def ledger(self) -> list[dict[str, Any]]:
         """All ledger rows, oldest commit first (ties by table name and version)."""
         columns, rows = self.query(
-            f"SELECT * FROM {LEDGER_TABLE} ORDER BY committed_at, table_name, delta_version", role="reader"
+            sql.SQL("SELECT * FROM {} ORDER BY committed_at, table_name, delta_version").format(_LEDGER), role="reader"
         )
         return [dict(zip(columns, row, strict=True)) for row in rows]
 
@@ -602,9 +664,8 @@ def _conninfo_as(url: str, user: str, password: str | None) -> str:
 
 def _drift(conn: psycopg.Connection, table: Table) -> list[str]:
     """Differences between an existing PostgreSQL table and its declaration ([] if absent or equal)."""
-    schema = pg_schema(table)
     qualified = pg_qualified_name(table)
-    regclass = f"{_quote(schema)}.{_quote(pg_name(table))}"
+    regclass = sql.Identifier(pg_schema(table), pg_name(table)).as_string(conn)  # to_regclass's text argument
     found = conn.execute(
         """
         SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
@@ -679,8 +740,10 @@ def _distinct_rows(data: pa.Table, columns: list[str]) -> int:
 def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
     table = change.table
     key = ledger_key(table)
-    target = sql.SQL("{}.{}").format(sql.Identifier(pg_schema(table)), sql.Identifier(pg_name(table)))
-    done = conn.execute(f"SELECT max(delta_version) FROM {LEDGER_TABLE} WHERE table_name = %s", (key,)).fetchone()[0]
+    target = sql.Identifier(pg_schema(table), pg_name(table))
+    done = conn.execute(
+        sql.SQL("SELECT max(delta_version) FROM {} WHERE table_name = %s").format(_LEDGER), (key,)
+    ).fetchone()[0]
     if done is not None and done >= change.delta_version:
         log.info(
             "%s: Delta version %s already migrated (ledger at %s); skipped",
@@ -700,9 +763,11 @@ def _apply_one(conn: psycopg.Connection, change: TableChange, n: int) -> int:
         upserted, deleted = _upsert_via_temp(conn, change, target, n)
 
     conn.execute(
-        f"""INSERT INTO {LEDGER_TABLE}
+        sql.SQL(
+            """INSERT INTO {}
             (table_name, delta_version, batch_id, rows_upserted, rows_deleted, started_at, committed_at)
-            VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())""",
+            VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())"""
+        ).format(_LEDGER),
         (key, change.delta_version, change.batch_id, upserted, deleted, started_at),
     )
     log.info(
@@ -722,14 +787,14 @@ def _load_empty(conn: psycopg.Connection, change: TableChange, target: sql.Compo
     per row, half the time (FactMarketHistory at SF 3, 1.27M rows: 2.9 s instead of 5.9 s). The drop holds the
     table's ACCESS EXCLUSIVE lock until COMMIT: a reader of the (empty) table waits for the first batch instead
     of seeing it empty."""
-    table = sql.Literal(f"{_quote(pg_schema(change.table))}.{_quote(pg_name(change.table))}")
+    regclass = target.as_string(conn)  # the functions' argument: the quoted `"schema"."name"`, as text
     bulk = change.upserts.num_rows >= BULK_LOAD_ROWS
     if bulk:
-        conn.execute(sql.SQL("SELECT {}({}::regclass)").format(sql.SQL(DROP_INDEXES_FN), table))
+        conn.execute(sql.SQL("SELECT {}(%s::regclass)").format(DROP_INDEXES_FN), (regclass,))
     _copy_arrow(conn, target, _as_declared(change.upserts, change.table), fault_name="pg.during_copy")
     fault_point("pg.after_copy")
     if bulk:
-        conn.execute(sql.SQL("SELECT {}({}::regclass)").format(sql.SQL(REBUILD_INDEXES_FN), table))
+        conn.execute(sql.SQL("SELECT {}(%s::regclass)").format(REBUILD_INDEXES_FN), (regclass,))
 
 
 def _is_empty(conn: psycopg.Connection, target: sql.Composable) -> bool:
@@ -783,9 +848,11 @@ def _record_batches(conn: psycopg.Connection, batches: Sequence[BatchMetric], mo
     unit_last = max(b.batch_id for b in batches)
     with conn.cursor() as cur:
         cur.executemany(
-            f"""INSERT INTO {METRICS_TABLE}
+            sql.SQL(
+                """INSERT INTO {}
                 (batch_id, arrived_at, staged_at, delta_committed_at, visible_at, rows, unit_last_batch, mode)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING""",
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (batch_id) DO NOTHING"""
+            ).format(_METRICS),
             [
                 (b.batch_id, b.arrived_at, b.staged_at, b.delta_committed_at, visible_at, b.rows, unit_last, mode)
                 for b in batches
