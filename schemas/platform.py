@@ -2,8 +2,8 @@
 
 - `platform.batch_files`: one row per landing file, written once when the collector registers it. The
   micro-batch `batch_id` increases with arrival (file modification time, ties broken by file name).
-- `platform.batch_events`: append-only stage transitions per batch (`stage` done, `halted`, ...). The
-  latest event per (batch, stage) is the stage's state.
+- `platform.batch_events`: append-only stage transitions per batch (`stage` done, `halted`, ...). A stage's
+  state follows from the events it has (`streamdi.batchlog.stage_states`), not from their times.
 """
 
 from __future__ import annotations

@@ -7,16 +7,20 @@ Every write carries an app transaction, so a crash between any two steps is repa
 Stages run in this order for every batch, and batch b+1 starts a stage only after batch b finished it:
 `stage` (parse into staging) -> `transform` (warehouse in Delta) -> `migrate` (PostgreSQL).
 
-A stage's state is its latest event: `done`; `halted` (a data-quality policy stopped it: nothing after it in
-that order runs until an operator acts); `resumed` (the operator let the halted stage run again; the policy
-that halted it then only warns for this batch); `skipped` (the operator dropped the batch: its remaining
-stages never run, later batches go on, and the transform steps ignore its staged rows).
+A stage's state follows from which events it has, never from their times or the order they are read in (a step of
+the clock or a compaction cannot reorder them; `stage_states`): `done` once it has a done event; else `skipped`
+(the operator dropped the batch: its remaining stages never run, later batches go on, and the transform steps ignore
+its staged rows); else `halted` while it has more halts than resumes (a data-quality policy stopped it: nothing
+after it in that order runs until an operator acts); else `resumed` (the operator let the halted stage run again;
+the policy that halted it then only warns for this batch). Halts and resumes alternate and are numbered (the n-th
+halt, the n-th resume), so their counts say which came last.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,6 +35,26 @@ HALTED = "halted"
 RESUMED = "resumed"
 SKIPPED = "skipped"
 FINISHED = (DONE, SKIPPED)  # states after which a stage never runs again
+
+
+def stage_states(events: Iterable[Mapping]) -> dict[tuple[int, str], str]:
+    """The state of each (batch, stage) that has events (`batch_id`, `stage`, `state`), in any order: done, else
+    skipped, else halted while halts outnumber resumes, else resumed (module docstring)."""
+    seen: dict[tuple[int, str], dict[str, int]] = {}
+    for e in events:
+        counts = seen.setdefault((e["batch_id"], e["stage"]), {})
+        counts[e["state"]] = counts.get(e["state"], 0) + 1
+    states = {}
+    for key, counts in seen.items():
+        if counts.get(DONE):
+            states[key] = DONE
+        elif counts.get(SKIPPED):
+            states[key] = SKIPPED
+        elif counts.get(HALTED, 0) > counts.get(RESUMED, 0):
+            states[key] = HALTED
+        else:
+            states[key] = RESUMED
+    return states
 
 
 class BatchLogError(ValueError):
@@ -184,19 +208,25 @@ class BatchLog:
 
         Idempotent until the next resume: a retried halt (say, after a crash right after it) records nothing."""
         resumes = sum(1 for e in self._events(batch_id) if e["stage"] == stage and e["state"] == RESUMED)
-        return self.mark(batch_id, stage, HALTED, now=now, detail={"reason": reason}, occurrence=resumes + 1)
+        detail = {"reason": reason, "occurrence": resumes + 1}
+        return self.mark(batch_id, stage, HALTED, now=now, detail=detail, occurrence=resumes + 1)
 
     def halted(self) -> list[Halt]:
         """The stages halted now, oldest batch first (at most one can be reached, the others wait behind it)."""
-        latest: dict[tuple[int, str], dict] = {}
-        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():
-            latest[(r["batch_id"], r["stage"])] = r
-        out = []
-        for (batch_id, stage), r in sorted(latest.items(), key=lambda kv: (kv[0][0], STAGES.index(kv[0][1]))):
+        events = self.lake.read_arrow(BATCH_EVENTS).to_pylist()
+        last_halt: dict[tuple[int, str], tuple[int, str, dt.datetime]] = {}  # the halt with the highest number
+        for r in events:
             if r["state"] == HALTED:
-                reason = json.loads(r["detail"]).get("reason", "") if r["detail"] else ""
-                out.append(Halt(batch_id, stage, reason, r["at"]))
-        return out
+                detail = json.loads(r["detail"]) if r["detail"] else {}
+                number = detail.get("occurrence", 0)  # rows of older streamdi versions have none
+                key = (r["batch_id"], r["stage"])
+                if key not in last_halt or number > last_halt[key][0]:
+                    last_halt[key] = (number, detail.get("reason", ""), r["at"])
+        halted = sorted(
+            (key for key, state in stage_states(events).items() if state == HALTED),
+            key=lambda k: (k[0], STAGES.index(k[1])),
+        )
+        return [Halt(b, stage, *last_halt[(b, stage)][1:]) for b, stage in halted]
 
     def resume(self, batch_id: int, *, now: dt.datetime, note: str | None = None) -> str:
         """Let the halted stage of `batch_id` run again (the policy that halted it only warns for this batch
@@ -248,11 +278,8 @@ class BatchLog:
         return frozenset(b for (b, stage), state in self.states().items() if stage == "transform" and state == SKIPPED)
 
     def states(self) -> dict[tuple[int, str], str]:
-        """Latest state per (batch, stage)."""
-        latest: dict[tuple[int, str], str] = {}
-        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():  # sorted by (batch, at, stage)
-            latest[(r["batch_id"], r["stage"])] = r["state"]
-        return latest
+        """The state of every (batch, stage) that has an event (`stage_states`)."""
+        return stage_states(self.lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state"]).to_pylist())
 
     def is_done(self, batch_id: int, stage: str) -> bool:
         return self.states().get((batch_id, stage)) == DONE

@@ -48,7 +48,7 @@ from schemas.model import Table
 from schemas.platform import BATCH_EVENTS, BATCH_FILES
 from schemas.quality import QUALITY_TABLES
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import DONE, SKIPPED, BatchLog
+from streamdi.batchlog import DONE, SKIPPED, BatchLog, stage_states
 from streamdi.faults import fault_point
 from streamdi.lake import CommitInfo, Lake
 
@@ -205,21 +205,12 @@ def _read_batch_log(lake: Lake) -> _BatchLogView:
         return _BatchLogView({}, {})
     arrived = _batch_times(lake.read_columns(BATCH_FILES, ["batch_id", "arrived_at"]), "arrived_at")
     events = lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state", "at"])
-    events = events.filter(pc.is_in(events["stage"], pa.array(["stage", "transform"]))).sort_by(
-        [("batch_id", "ascending"), ("at", "ascending")]
-    )
-    latest: dict[tuple[int, str], tuple[str, dt.datetime]] = {}
-    for batch_id, stage, state, at in zip(
-        events["batch_id"].to_pylist(),
-        events["stage"].to_pylist(),
-        events["state"].to_pylist(),
-        events["at"].to_pylist(),
-        strict=True,
-    ):
-        latest[batch_id, stage] = (state, at)  # the latest event is the stage's state, as in BatchLog.states
-    transformed = {b: at for (b, stage), (state, at) in latest.items() if stage == "transform" and state == DONE}
-    skipped = frozenset(b for (b, stage), (state, _) in latest.items() if stage == "transform" and state == SKIPPED)
-    staged = {b: at for (b, stage), (state, at) in latest.items() if stage == "stage" and state == DONE}
+    events = events.filter(pc.is_in(events["stage"], pa.array(["stage", "transform"]))).to_pylist()
+    states = stage_states(events)  # as BatchLog.states: from the events a stage has, not from their times
+    done_at = {(e["batch_id"], e["stage"]): e["at"] for e in events if e["state"] == DONE}  # one done event each
+    transformed = {b: at for (b, stage), at in done_at.items() if stage == "transform" and states[b, stage] == DONE}
+    skipped = frozenset(b for (b, stage), state in states.items() if stage == "transform" and state == SKIPPED)
+    staged = {b: at for (b, stage), at in done_at.items() if stage == "stage"}
     return _BatchLogView(arrived, transformed, skipped, staged)
 
 

@@ -396,6 +396,29 @@ def test_a_halted_stage_blocks_itself_and_every_later_step_until_resumed(batch_l
     assert batch_log.pending()[0] == (2, "transform")
 
 
+def test_a_clock_stepped_back_cannot_reorder_halted_and_resumed(batch_log, tmp_path):
+    """Each event carries the wall clock of its process. The clock steps back between the events (NTP, another
+    machine): the state still follows what happened, for the batch log and for the migrator's reading of it."""
+    from streamdi.migrator import _read_batch_log
+
+    three_batches(batch_log)
+    batch_log.mark(1, "stage", "done", now=NOW)
+    hour = [datetime(2024, 7, 1, h, tzinfo=UTC) for h in range(24)]
+    batch_log.halt(1, "transform", "first failure", now=hour[12])
+    assert batch_log.resume(1, now=hour[11]) == "transform"  # one hour "before" the halt
+    assert batch_log.halted() == [] and batch_log.states()[(1, "transform")] == "resumed"
+    assert batch_log.pending()[0] == (1, "transform")
+    batch_log.halt(1, "transform", "second failure", now=hour[10])
+    assert batch_log.halted() == [Halt(1, "transform", "second failure", hour[10])]
+    assert batch_log.pending() == []
+    batch_log.resume(1, now=hour[9])
+    assert batch_log.halted() == []
+    batch_log.mark(1, "transform", "done", now=hour[8])
+    assert batch_log.states()[(1, "transform")] == "done"
+    assert batch_log.pending()[0] == (1, "migrate")
+    assert _read_batch_log(batch_log.lake).transformed == {1: hour[8]}
+
+
 def test_resuming_a_batch_that_is_not_halted_is_refused(batch_log):
     three_batches(batch_log)
     with pytest.raises(BatchLogError, match="micro-batch 1 is not halted"):
