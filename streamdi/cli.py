@@ -20,6 +20,7 @@ from rich.table import Table as RichTable
 
 from streamdi.airflow_cli import airflow_command
 from streamdi.generator.cli import generate_app as _generate_app
+from streamdi.locks import LakeBusy, lake_lease
 from streamdi.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -622,7 +623,9 @@ def batch_resume(
     from streamdi.pipeline import _now
 
     try:
-        stage = BatchLog(Lake(load_settings().lake_root)).resume(batch_id, now=_now(), note=note)
+        root = load_settings().lake_root
+        with lake_lease(root):
+            stage = BatchLog(Lake(root)).resume(batch_id, now=_now(), note=note)
     except BatchLogError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -642,7 +645,9 @@ def batch_skip(
     from streamdi.pipeline import _now
 
     try:
-        stages = BatchLog(Lake(load_settings().lake_root)).skip(batch_id, reason, now=_now())
+        root = load_settings().lake_root
+        with lake_lease(root):
+            stages = BatchLog(Lake(root)).skip(batch_id, reason, now=_now())
     except BatchLogError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -892,6 +897,9 @@ def main() -> None:
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except LakeBusy as exc:  # another runner works on the lake: say who, no traceback
+        err.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        code = 2
     except BaseException:  # noqa: BLE001 - report it, then exit like Python would
         traceback.print_exc()
         code = 1

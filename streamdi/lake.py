@@ -19,7 +19,6 @@ forks afterwards: start helper processes with `spawn` or `subprocess`.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import operator
 import threading
@@ -38,6 +37,7 @@ from pyspark.sql import functions as F
 
 from schemas.model import Table
 from streamdi.faults import fault_point
+from streamdi.locks import LOCK_DIR, flocked
 from streamdi.spark import arrow_frame, literal_frame
 
 log = logging.getLogger(__name__)
@@ -172,14 +172,8 @@ class Lake:
 
         Not re-entrant: never take the same name twice in one process.
         """
-        lock_dir = self.root / "_locks"
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        with open(lock_dir / f"{name}.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with flocked(self.root / LOCK_DIR / f"{name}.lock"):
+            yield
 
     # ----------------------------------------------------------------------------------------- reads
     def version(self, table: Table) -> int:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from streamdi.locks import lake_lease
 from streamdi.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -245,15 +246,16 @@ def collect_landed(settings: Settings | None = None) -> dict:
     from streamdi.pipeline import collect_job
 
     ctx = open_context(_settings(settings))
-    collected = collect_job(ctx)
-    for name in collected.changed:
-        log.warning("%s changed after it was collected; ignored", name)
-    last = BatchLog(ctx.lake).last_batch_id()
-    if collected.batch_ids:
-        log.info("collected micro-batch(es) %s from %s", list(collected.batch_ids), ctx.settings.landing_dir)
-    else:
-        log.info("nothing new in %s; last micro-batch is %d", ctx.settings.landing_dir, last)
-    return {"batch_ids": list(collected.batch_ids), "last_batch": last}
+    with lake_lease(ctx.lake.root):
+        collected = collect_job(ctx)
+        for name in collected.changed:
+            log.warning("%s changed after it was collected; ignored", name)
+        last = BatchLog(ctx.lake).last_batch_id()
+        if collected.batch_ids:
+            log.info("collected micro-batch(es) %s from %s", list(collected.batch_ids), ctx.settings.landing_dir)
+        else:
+            log.info("nothing new in %s; last micro-batch is %d", ctx.settings.landing_dir, last)
+        return {"batch_ids": list(collected.batch_ids), "last_batch": last}
 
 
 def halted_steps(batch_log) -> list[tuple[int, str]]:
@@ -328,29 +330,37 @@ def process_batches(
     from streamdi.pipeline import STAGE_JOBS
 
     ctx = open_context(_settings(settings))
-    batch_log = BatchLog(ctx.lake)
-    check_not_halted(batch_log, last_batch)
-    plan = _pending(batch_log, last_batch, last_stage, migration_mode)
-    if not plan:
-        message = f"nothing pending up to batch {last_batch if last_batch is not None else 'any'}, stage {last_stage}"
-        log.info(message)
-        if skip_when_idle and not _pending(batch_log, last_batch, STAGES[-1], migration_mode):
-            _skip(message)  # nothing for the later tasks either (a later stage left by a failed run is not idle)
-        return {"steps": []}
-    log.info("%d step(s) to run: %s", len(plan), ", ".join(f"batch {b} {s}" for b, s in plan))
-    steps = []
-    for batch_id, stage in plan:
-        check_not_halted(BatchLog(ctx.lake), batch_id)
-        started = time.perf_counter()
-        detail = STAGE_JOBS[stage](ctx, batch_id)
-        seconds = round(time.perf_counter() - started, 3)
-        log.info("batch %d %s done in %.1fs: %s", batch_id, stage, seconds, json.dumps(detail, sort_keys=True))
-        steps.append({"batch_id": batch_id, "stage": stage, "seconds": seconds, "detail": detail})
-        if detail.get("halted"):
-            log.error("batch %d %s HALTED after %.1fs; steps run before it: %s", batch_id, stage, seconds, steps)
+    # Migrate steps alone may run beside another runner (see streamdi.pipeline._leased); the others need the lease.
+    steps_left = _pending(BatchLog(ctx.lake), last_batch, last_stage, migration_mode)
+    leased = any(stage != "migrate" for _, stage in steps_left)
+    with lake_lease(ctx.lake.root) if leased else contextlib.nullcontext():
+        batch_log = BatchLog(ctx.lake)
+        check_not_halted(batch_log, last_batch)
+        plan = _pending(batch_log, last_batch, last_stage, migration_mode)
+        if not plan:
+            message = (
+                f"nothing pending up to batch {last_batch if last_batch is not None else 'any'}, stage {last_stage}"
+            )
+            log.info(message)
+            if skip_when_idle and not _pending(batch_log, last_batch, STAGES[-1], migration_mode):
+                _skip(message)  # nothing for the later tasks either (a later stage left by a failed run is not idle)
+            return {"steps": []}
+        log.info("%d step(s) to run: %s", len(plan), ", ".join(f"batch {b} {s}" for b, s in plan))
+        steps = []
+        for batch_id, stage in plan:
             check_not_halted(BatchLog(ctx.lake), batch_id)
-            raise BatchHalted(halted_message(batch_id, stage, str(detail["halted"])))  # not in the log: say so anyway
-    return {"steps": steps}
+            started = time.perf_counter()
+            detail = STAGE_JOBS[stage](ctx, batch_id)
+            seconds = round(time.perf_counter() - started, 3)
+            log.info("batch %d %s done in %.1fs: %s", batch_id, stage, seconds, json.dumps(detail, sort_keys=True))
+            steps.append({"batch_id": batch_id, "stage": stage, "seconds": seconds, "detail": detail})
+            if detail.get("halted"):
+                log.error("batch %d %s HALTED after %.1fs; steps run before it: %s", batch_id, stage, seconds, steps)
+                check_not_halted(BatchLog(ctx.lake), batch_id)
+                raise BatchHalted(
+                    halted_message(batch_id, stage, str(detail["halted"]))
+                )  # not in the log: say so anyway
+        return {"steps": steps}
 
 
 def transform_step(
@@ -377,29 +387,30 @@ def transform_step(
     if step not in TRANSFORM_STEPS:
         raise FailFast(f"unknown transform step {step!r}; steps are {TRANSFORM_STEPS}")
     ctx = open_context(_settings(settings))
-    batch_log = BatchLog(ctx.lake)
-    check_not_halted(batch_log, last_batch)
-    caught_up = []
-    if step == TRANSFORM_STEPS[0]:
-        caught_up = process_batches(last_batch, "stage", migration_mode, ctx.settings)["steps"]
-    states = batch_log.states()
-    if states.get((last_batch, "transform")) in FINISHED:
-        log.info(
-            "micro-batch %d: transform is %s; step %s has nothing to do",
-            last_batch,
-            states[(last_batch, "transform")],
-            step,
-        )
-        return {"batch_id": last_batch, "step": step, "ran": False, "caught_up": caught_up}
-    if states.get((last_batch, "stage")) not in FINISHED:
-        raise RuntimeError(f"micro-batch {last_batch} is not staged yet: step {step} runs after the stage task")
-    started = time.perf_counter()
-    detail = transform_step_job(ctx, last_batch, step, earlier=[e for e in earlier if e])
-    seconds = round(time.perf_counter() - started, 3)
-    log.info("batch %d %s done in %.1fs: %s", last_batch, step, seconds, json.dumps(detail, sort_keys=True))
-    if detail.get("halted"):
-        raise BatchHalted(halted_message(last_batch, "transform", str(detail["halted"])))
-    return {"batch_id": last_batch, "step": step, "ran": True, "caught_up": caught_up, **detail}
+    with lake_lease(ctx.lake.root):
+        batch_log = BatchLog(ctx.lake)
+        check_not_halted(batch_log, last_batch)
+        caught_up = []
+        if step == TRANSFORM_STEPS[0]:
+            caught_up = process_batches(last_batch, "stage", migration_mode, ctx.settings)["steps"]
+        states = batch_log.states()
+        if states.get((last_batch, "transform")) in FINISHED:
+            log.info(
+                "micro-batch %d: transform is %s; step %s has nothing to do",
+                last_batch,
+                states[(last_batch, "transform")],
+                step,
+            )
+            return {"batch_id": last_batch, "step": step, "ran": False, "caught_up": caught_up}
+        if states.get((last_batch, "stage")) not in FINISHED:
+            raise RuntimeError(f"micro-batch {last_batch} is not staged yet: step {step} runs after the stage task")
+        started = time.perf_counter()
+        detail = transform_step_job(ctx, last_batch, step, earlier=[e for e in earlier if e])
+        seconds = round(time.perf_counter() - started, 3)
+        log.info("batch %d %s done in %.1fs: %s", last_batch, step, seconds, json.dumps(detail, sort_keys=True))
+        if detail.get("halted"):
+            raise BatchHalted(halted_message(last_batch, "transform", str(detail["halted"])))
+        return {"batch_id": last_batch, "step": step, "ran": True, "caught_up": caught_up, **detail}
 
 
 def _skip(message: str) -> None:

@@ -8,6 +8,7 @@ records each finished stage in the batch log, so after a crash the next call res
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +20,7 @@ from streamdi.batchlog import STAGES, BatchLog, Halt
 from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
+from streamdi.locks import lake_lease
 from streamdi.migrator import migrate_batch
 from streamdi.quality import summarize, warm_up
 
@@ -30,12 +32,29 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _leased(job):
+    """Run `job` holding the lake's runner lease (`streamdi.locks`): a second runner is refused, not interleaved.
+
+    The migrate stage takes none: it only reads batches whose transform is done, and migrations serialise on
+    PostgreSQL's advisory lock and the ledger, so a separate migrator (`streamdi migrate --every`, the
+    `streamdi_migrate` DAG) may run beside a loading pipeline."""
+
+    @functools.wraps(job)
+    def leased(ctx: JobContext, *args, **kwargs):
+        with lake_lease(ctx.lake.root):
+            return job(ctx, *args, **kwargs)
+
+    return leased
+
+
+@_leased
 def collect_job(ctx: JobContext, hold: Callable[[list[str], set[str]], set[str]] | None = None) -> CollectResult:
     """Register new landing files as the next micro-batch (`hold`: see `streamdi.collector.collect`)."""
     ctx.settings.landing_dir.mkdir(parents=True, exist_ok=True)
     return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=_now(), hold=hold)
 
 
+@_leased
 def stage_job(ctx: JobContext, batch_id: int) -> dict:
     """Parse and validate the batch's files into staging. A failed halt check halts the batch in the batch log
     (the detail then has `halted`, the reason); otherwise the stage is marked done."""
@@ -76,6 +95,7 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
     return detail
 
 
+@_leased
 def transform_job(ctx: JobContext, batch_id: int) -> dict:
     """Run the transaction graph, each step followed by its warehouse suites. A failed halt check halts the
     batch's transform in the batch log (its later steps and its migration wait for an operator; the detail then
@@ -99,6 +119,7 @@ def transform_job(ctx: JobContext, batch_id: int) -> dict:
 TRANSFORM_STEPS: tuple[str, ...] = tuple(step.name for step in transform.STEPS)  # in dependency order
 
 
+@_leased
 def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: Iterable[dict] = ()) -> dict:
     """One step of the transaction graph (`jobs.transform.STEPS`) as a job of its own: the Airflow DAGs run each
     step as a task, in the graph's order. Like `transform_job`, a failed halt check halts the batch's transform in
@@ -133,6 +154,7 @@ def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: It
     return detail
 
 
+@_leased
 def compact_job(ctx: JobContext) -> dict[str, int]:
     """Compact the lake's tables that have piled up `compact_small_files` small files (`Lake.compact`): after a
     micro-batch's transform, so the next micro-batch reads few files. The micro-batch's data is committed and
@@ -198,8 +220,14 @@ def run_pending(
     runs (`RunReport.halted` says which) until an operator resumes it or skips its batch. `stop_before_batch`
     (the stream service's stop request) is asked before each batch's first pending stage: when it says so, the run
     ends there, with the batch in flight finished and the later ones left pending. `hold` is the collector's
-    (`streamdi.collector.collect`).
+    (`streamdi.collector.collect`). The run holds the lake's runner lease throughout (`streamdi.locks`): another
+    runner meanwhile is refused with LakeBusy.
     """
+    with lake_lease(ctx.lake.root):
+        return _run_pending(ctx, on_collect, on_plan, on_step, upto, stop_before_batch, hold)
+
+
+def _run_pending(ctx, on_collect, on_plan, on_step, upto, stop_before_batch, hold) -> RunReport:
     last = STAGES.index(upto)
     collected = collect_job(ctx, hold)
     if on_collect:

@@ -19,9 +19,7 @@ Three layers, so each can be tested alone: `gather` reads the lake and the batch
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import fcntl
 import html
 import json
 import logging
@@ -38,6 +36,7 @@ from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from streamdi import windows_report
 from streamdi.batchlog import operator_commands
 from streamdi.lake import Lake
+from streamdi.locks import flocked
 
 log = logging.getLogger(__name__)
 
@@ -879,7 +878,7 @@ def write_report(lake: Lake, out_dir: Path, *, now: dt.datetime, data_docs: bool
     started = time.perf_counter()
     data = gather(lake)
     seconds["gather"] = time.perf_counter() - started
-    with _locked(out_dir / ".report.lock"):
+    with flocked(out_dir / ".report.lock"):
         pages: dict[tuple[int, int, str], str] = {}
         site = out_dir / DATA_DOCS
         if data_docs and data.results:
@@ -921,16 +920,6 @@ def _localize(site: Path) -> None:
         web_assets.localize(site)
     except web_assets.AssetsMissing as e:
         log.warning("Data Docs keep their CDN links (offline they lose styles, icons and the index list): %s", e)
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _swap_in(new: Path, target: Path) -> None:

@@ -20,7 +20,6 @@ client has been connected, nor been handed its address, for `spark_idle_timeout`
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from streamdi.locks import flocked
 from streamdi.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -132,15 +132,8 @@ def _alive(state: dict | None) -> bool:
     return False
 
 
-@contextlib.contextmanager
 def _locked(settings: Settings):
-    folder(settings).mkdir(parents=True, exist_ok=True)
-    with open(folder(settings) / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return flocked(folder(settings) / ".lock")
 
 
 def ensure_server(settings: Settings) -> str:

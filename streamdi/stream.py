@@ -33,7 +33,7 @@ a restart does the rest).
 State for operators: `<home>/stream/status.json` (rewritten atomically at every change and every second), read by
 `streamdi stream status`: whether the service runs, what it does, the lag (age of the oldest waiting file), the last
 micro-batches with their latency from arrival to visible in PostgreSQL (`streamdi.batch_metrics`), rows/s and any
-halt. One service per home (`<home>/stream/service.lock`).
+halt. One service per home (`<home>/stream/service.lock`); it holds the lake's runner lease (`streamdi.locks`).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from streamdi.batchlog import BatchLog
 from streamdi.collector import is_collectable, missing_predecessors, part_of
 from streamdi.context import JobContext
 from streamdi.generator.drip import manifest_path
+from streamdi.locks import lake_lease
 from streamdi.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -293,7 +294,10 @@ class StreamService:
         from streamdi.quality import warm_up
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        with _service_lock(self.folder / LOCK_FILE):
+        with (
+            _service_lock(self.folder / LOCK_FILE),
+            lake_lease(self.ctx.lake.root, f"streamdi stream (pid {os.getpid()})"),
+        ):
             self._set(state="starting")
             warm_up()  # Great Expectations imports while Spark and PostgreSQL start
             self.ctx.start_spark()
