@@ -430,10 +430,7 @@ def demo(
 def _summary(ctx, timings: dict[str, float]) -> None:
     from schemas.warehouse import WAREHOUSE_TABLES
 
-    _, counts = ctx.warehouse.query(
-        " UNION ALL ".join(f"SELECT '{t.name}', count(*) FROM dw.{t.name}" for t in WAREHOUSE_TABLES)
-    )
-    in_pg = dict(counts)
+    in_pg = ctx.warehouse.row_counts(WAREHOUSE_TABLES)
     table = RichTable("table", "Delta rows", "PostgreSQL rows", title="warehouse")
     for t in WAREHOUSE_TABLES:
         delta_rows = ctx.lake.read_arrow(t).num_rows if ctx.lake.exists(t) else 0

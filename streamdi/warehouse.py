@@ -549,6 +549,17 @@ class Warehouse:
         count, *seconds = rows[0]
         return int(count or 0), *(None if v is None else float(v) for v in seconds)
 
+    def row_counts(self, tables: Iterable[Table]) -> dict[str, int]:
+        """Rows of each of `tables` in PostgreSQL, by table name (one statement)."""
+        tables = list(tables)
+        if not tables:
+            return {}
+        counts = sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {}, count(*) FROM {}").format(sql.Literal(t.name), sql.Identifier(pg_schema(t), pg_name(t)))
+            for t in tables
+        )
+        return {name: int(n) for name, n in self.query(counts)[1]}
+
     def empty_tables(self, tables: Iterable[Table]) -> None:
         """TRUNCATE `tables`, the migration ledger and the batch metrics, as the admin (benchmarks start every run
         from an empty warehouse)."""
