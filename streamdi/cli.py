@@ -21,7 +21,7 @@ from rich.table import Table as RichTable
 from streamdi.airflow_cli import airflow_command
 from streamdi.generator.cli import generate_app as _generate_app
 from streamdi.locks import LakeBusy, lake_lease
-from streamdi.settings import Settings, load_settings
+from streamdi.settings import Settings, SettingsError, load_settings
 
 app = typer.Typer(
     help="streamdi: TPC-DI as a stream of ordered micro-batches (landing files -> Delta Lake -> PostgreSQL).",
@@ -894,7 +894,7 @@ def main() -> None:
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except LakeBusy as exc:  # another runner works on the lake: say who, no traceback
+    except (LakeBusy, SettingsError) as exc:  # another runner works on the lake, a refused setting: one line
         err.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         code = 2
     except BaseException:  # noqa: BLE001 - report it, then exit like Python would

@@ -105,9 +105,13 @@ def dag_setting(name: str) -> str:
 def _settings(settings: Settings | None) -> Settings:
     """The settings a task runs with: the environment's (or `settings`), Spark on this home's embedded Spark Connect
     server unless STREAMDI_SPARK_REMOTE says otherwise (`streamdi.spark_connect.task_settings`)."""
+    from streamdi.settings import SettingsError
     from streamdi.spark_connect import task_settings
 
-    return task_settings(settings if settings is not None else load_settings())
+    try:
+        return task_settings(settings if settings is not None else load_settings())
+    except SettingsError as exc:  # a retry reads the same environment
+        raise FailFast(str(exc)) from None
 
 
 def reports_dir(settings: Settings | None = None) -> Path:
@@ -135,7 +139,7 @@ def deliver_reference_data(
 
     settings = _settings(settings)
     if data_dir:
-        root = Path(data_dir)
+        root = allowed_data_dir(data_dir, settings)
     elif scale_factor is not None:
         root = demo_data_set(scale_factor, 1, settings)
     else:
@@ -154,6 +158,33 @@ def deliver_reference_data(
                 delivered.append(f"Batch1/{name}")
     log.info("reference data: delivered %d new file(s) from %s into %s", len(delivered), source, settings.landing_dir)
     return {"from": str(source), "delivered": delivered}
+
+
+def allowed_data_dir(data_dir: str | Path, settings: Settings) -> Path:
+    """`data_dir` (a DAG parameter: anyone who may trigger the DAG names it) resolved, when it lies inside one of the
+    data roots (`STREAMDI_DATA_ROOTS` and `<STREAMDI_HOME>/data`) and holds no symbolic link that leads out of them;
+    else FailFast. The path is checked before anything is read, so a refusal tells nothing about what exists."""
+    if not isinstance(data_dir, str | Path):
+        raise TypeError(f"data_dir must be a path, not {type(data_dir).__name__}")
+    roots = settings.data_root_dirs
+    folder = Path(data_dir).expanduser()
+
+    def inside(path: Path) -> bool:
+        real = path.resolve()
+        return any(real == root or root in real.parents for root in roots)
+
+    if not folder.is_absolute() or not inside(folder):
+        raise FailFast(
+            f"data_dir {data_dir} is outside the data roots ({', '.join(map(str, roots))}): put the data set under "
+            "one of them, or add its parent directory to STREAMDI_DATA_ROOTS (':'-separated) in the workers' "
+            "environment"
+        )
+    real = folder.resolve()
+    if real.is_dir():
+        for path in real.rglob("*"):
+            if path.is_symlink() and not inside(path):
+                raise FailFast(f"{path} is a symbolic link that leads outside the data roots; it is not read")
+    return real
 
 
 def _batch_folder(data_dir: Path, batch: int) -> Path:
@@ -210,7 +241,7 @@ def deliver_data_batch(
     from streamdi.delivery import deliver_batch
 
     settings = _settings(settings)
-    folder = Path(data_dir) if data_dir else demo_data_set(scale_factor, batch, settings)
+    folder = allowed_data_dir(data_dir, settings) if data_dir else demo_data_set(scale_factor, batch, settings)
     _batch_folder(folder, batch)
     with _landing_conflicts(folder):
         delivered = deliver_batch(folder, batch, settings.landing_dir)

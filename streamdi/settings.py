@@ -7,11 +7,13 @@ environment; `Settings.public_view()` masks them for display (`streamdi config`)
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cached_property
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _SECRET_IN_URL = re.compile(r"(?P<head>://[^:/@]+:)(?P<secret>[^@]*)(?P<tail>@)")
@@ -28,6 +30,30 @@ def mask_url(url: str | None) -> str | None:
     return _SECRET_KEYWORD.sub(lambda m: f"{m['head']}***", url)
 
 
+# Values that only ever stand in for a secret (examples, defaults of tutorials): refused wherever a password is set.
+PLACEHOLDER_SECRETS = frozenset({"change-me", "changeme", "change_me", "password", "secret", "admin", "streamdi"})
+MIN_ROLE_PASSWORD = 12  # characters of a password streamdi's roles are given
+
+
+def _placeholder(secret: str) -> bool:
+    return secret.strip().lower() in PLACEHOLDER_SECRETS
+
+
+def url_password(url: str) -> str | None:
+    """The password a connection string carries (URL or keyword form), None when it has none."""
+    if "://" in url:
+        secret = urlsplit(url).password
+        if secret is not None:
+            return unquote(secret)
+    found = _SECRET_KEYWORD.search(url)
+    if found is None:
+        return None
+    value = found["secret"]
+    if value.startswith("'"):
+        value = re.sub(r"\\(.)", r"\1", value[1:-1])
+    return unquote(value) if "://" in url else value
+
+
 # The driver JVM compiles with HotSpot's C1 compiler only. Spark's own code is what the JIT compiles (analysis,
 # planning, code generation, the tasks' generated code), and with tiered compilation the C2 compiler threads took
 # ~12 s of the 2 cores in a load's transform (SF 3 Batch1, cold) to optimize code that a short process leaves soon
@@ -40,7 +66,9 @@ DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 class Settings(BaseSettings):
     """Effective configuration. Paths left unset derive from `home`."""
 
-    model_config = SettingsConfigDict(env_prefix="STREAMDI_", extra="ignore", frozen=True, populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="STREAMDI_", extra="ignore", frozen=True, populate_by_name=True, hide_input_in_errors=True
+    )
 
     home: Path = Field(
         default_factory=lambda: Path.home() / ".streamdi",
@@ -106,12 +134,38 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds a `streamdi query` statement may run before PostgreSQL cancels it (0: no limit).",
     )
+    data_roots: str = Field(
+        default="",
+        description="Directories (separated by ':') the Airflow DAGs may load a data set from (their `data_dir`), "
+        "besides <home>/data where the demo data sets are generated; any other path is refused.",
+    )
     compact_small_files: int = Field(
         default=16,
         ge=0,
         description="Compact a Delta table once it holds this many small data files (0: never). Every micro-batch "
         "adds a file to each table it writes; compaction keeps reads from slowing down as they pile up.",
     )
+
+    @field_validator("reader_password", "loader_password")
+    @classmethod
+    def _strong_role_password(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if _placeholder(value) or len(value) < MIN_ROLE_PASSWORD:
+            raise ValueError(
+                f"refused: a placeholder or a password shorter than {MIN_ROLE_PASSWORD} characters; set a generated "
+                "one, e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(24))' (or leave it unset on the "
+                "embedded server, which generates its own)"
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _no_placeholder_in_url(cls, value: str | None) -> str | None:
+        secret = url_password(value) if value else None
+        if secret is not None and _placeholder(secret):
+            raise ValueError(f"refused: the password in {mask_url(value)} is a placeholder; set the server's real one")
+        return value
 
     @cached_property
     def lake_root(self) -> Path:
@@ -120,6 +174,12 @@ class Settings(BaseSettings):
     @cached_property
     def landing_dir(self) -> Path:
         return (self.landing or self.home / "landing").absolute()
+
+    @cached_property
+    def data_root_dirs(self) -> tuple[Path, ...]:
+        """Where the DAGs may read data sets: <home>/data and every directory of `data_roots`, resolved."""
+        extra = [Path(p) for p in self.data_roots.split(os.pathsep) if p.strip()]
+        return tuple(dict.fromkeys(p.expanduser().resolve() for p in [self.home / "data", *extra]))
 
     @cached_property
     def pgdata(self) -> Path:
@@ -147,6 +207,7 @@ class Settings(BaseSettings):
             "STREAMDI_JVM_CLASS_ARCHIVE": str(self.jvm_class_archive).lower(),
             "DATABASE_URL": mask_url(self.database_url) or f"(embedded server in {self.pgdata})",
             "STREAMDI_PG_DATABASE": self.pg_database,
+            "STREAMDI_DATA_ROOTS": os.pathsep.join(map(str, self.data_root_dirs)),
             "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
@@ -156,6 +217,20 @@ class Settings(BaseSettings):
         }
 
 
+class SettingsError(ValueError):
+    """The environment holds a value streamdi refuses; the message names each variable and why (never a value)."""
+
+
 def load_settings() -> Settings:
-    """Read the settings from the current environment (no caching: tests change the environment)."""
-    return Settings()
+    """Read the settings from the current environment (no caching: tests change the environment).
+
+    Raises SettingsError naming the variables whose values are refused."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_input=False, include_url=False):
+            field = str(error["loc"][0]).upper() if error["loc"] else "?"
+            variable = field if field == "DATABASE_URL" else f"STREAMDI_{field}"
+            problems.append(f"{variable}: {error['msg'].removeprefix('Value error, ')}")
+        raise SettingsError("invalid settings: " + "; ".join(problems)) from None

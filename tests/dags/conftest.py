@@ -66,6 +66,7 @@ def _write(path: Path, lines: list[str]) -> None:
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Batch1 = the bundled reference sample + HR.csv (3 brokers); Batch2 = BatchDate + Customer.txt (4 inserts)."""
     root = tmp_path_factory.mktemp("tiny-tpcdi")
+    os.environ["STREAMDI_DATA_ROOTS"] = str(root)  # the DAGs read data sets only inside the data roots
     shutil.copytree(SAMPLE / "Batch1", root / "Batch1")
     _write(root / "Batch1" / "HR.csv", HR_LINES)
     _write(root / "Batch2" / "BatchDate.txt", ["2017-07-16"])

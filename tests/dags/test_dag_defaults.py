@@ -66,6 +66,6 @@ def test_setup_then_historical_load_with_the_form_defaults(dagbag, fresh_home):
 
 
 def test_a_missing_data_directory_fails_deliver_without_retries(dagbag, fresh_home):
-    state, tasks = run_dag(dagbag, "streamdi_historical_load", data_dir=str(fresh_home / "no-such-data"))
+    state, tasks = run_dag(dagbag, "streamdi_historical_load", data_dir=str(fresh_home / "data" / "no-such-data"))
     assert state == "failed"
     assert tasks["deliver"] == "failed"  # not up_for_retry: AirflowFailException

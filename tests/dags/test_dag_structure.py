@@ -152,7 +152,7 @@ def test_errors_a_retry_cannot_fix_fail_the_task_at_once(dagbag):
     from airflow.sdk.exceptions import AirflowFailException
 
     deliver = dagbag.dags["streamdi_historical_load"].get_task("deliver")
-    with pytest.raises(AirflowFailException, match="does not exist .*leave it empty for the demo data set"):
+    with pytest.raises(AirflowFailException, match="data_dir /nonexistent/tpcdi is outside the data roots"):
         deliver.python_callable(params={"data_dir": "/nonexistent/tpcdi", "batch": 1, "scale_factor": 0.01})
     with pytest.raises(TypeError):
         deliver.python_callable(params={"data_dir": 42, "batch": 1, "scale_factor": 0.01})

@@ -100,3 +100,30 @@ def test_image_installs_streamdi_and_java():
     for folder in ("streamdi", "jobs", "schemas", "dags"):
         assert f"COPY {folder} ./{folder}" in dockerfile
         assert (REPO / folder).is_dir()
+
+
+def test_no_development_defaults(compose):
+    """The Compose deployment refuses what Airflow and streamdi call development-only: Airflow's simple auth manager
+    (its users are the FAB auth manager's, in the metadata database, with the admin created by airflow-init from the
+    environment) and placeholder secrets (every secret of .env.example is empty, so Compose refuses to start until
+    it is set)."""
+    text = (DOCKER / "docker-compose.yml").read_text()
+    assert "SIMPLE_AUTH_MANAGER" not in text and "admin:admin" not in text
+    fab = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+    for name in ("airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"):
+        assert env_of(compose["services"][name])["AIRFLOW__CORE__AUTH_MANAGER"] == fab, name
+    assert re.search(r'pip install -e \. .*"apache-airflow-providers-fab==[\d.]+"', (DOCKER / "Dockerfile").read_text())
+    init = compose["services"]["airflow-init"]
+    assert env_of(init)["AIRFLOW_ADMIN_PASSWORD"] == "${AIRFLOW_ADMIN_PASSWORD:?set AIRFLOW_ADMIN_PASSWORD}"
+    command = " ".join(init["command"])
+    assert (
+        'airflow users create --role Admin --username "$AIRFLOW_ADMIN_USER" --password "$AIRFLOW_ADMIN_PASSWORD"'
+        in (command.replace("$$", "$"))
+    )
+    example = dict(
+        line.split("=", 1)
+        for line in (DOCKER / ".env.example").read_text().splitlines()
+        if "=" in line and line[0] != "#"
+    )
+    secrets = [k for k in example if re.search(r"PASSWORD|SECRET|FERNET_KEY", k)]
+    assert len(secrets) == 7 and all(example[k] == "" for k in secrets), {k: example[k] for k in secrets}

@@ -118,3 +118,27 @@ def test_the_plugin_serves_the_quality_report_and_its_data_docs_to_logged_in_use
     assert client.get("/reports/quality", follow_redirects=False).headers["location"] == "quality/"
     assert client.get("/reports/%2e%2e/secret.txt").status_code == 404
     assert client.get("/", follow_redirects=False).headers["location"] == orchestration.REPORT_URL_PATH
+
+
+def test_a_dag_reads_data_sets_only_inside_the_data_roots(tmp_path):
+    """`data_dir` is a DAG parameter anyone who may trigger the DAG sets: a path outside the data roots, a relative
+    one, or a data set with a symbolic link leading out of them is refused before anything is read or delivered."""
+    home, outside = tmp_path / "home", tmp_path / "elsewhere"
+    secret = outside / "Batch1" / "Date.txt"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("not for the landing zone\n")
+    data = tmp_path / "datasets" / "sf3"
+    (data / "Batch1").mkdir(parents=True)
+    settings = Settings(home=home, data_roots=f"{tmp_path / 'datasets'}:{home / 'more'}")
+    assert settings.data_root_dirs == (home / "data", tmp_path / "datasets", home / "more")
+    assert orchestration.allowed_data_dir(str(data), settings) == data
+    assert orchestration.allowed_data_dir(home / "data" / "sf1", settings) == home / "data" / "sf1"
+    for refused in (outside, "datasets/sf3", data / ".." / ".." / "elsewhere", tmp_path / "datasets-other"):
+        with pytest.raises(orchestration.FailFast, match="is outside the data roots"):
+            orchestration.allowed_data_dir(refused, settings)
+    (data / "Batch1" / "Date.txt").symlink_to(secret)
+    with pytest.raises(orchestration.FailFast, match="Date.txt is a symbolic link that leads outside the data roots"):
+        orchestration.deliver_reference_data(data, settings)
+    with pytest.raises(orchestration.FailFast, match="is outside the data roots"):
+        orchestration.deliver_data_batch(outside, 1, 0.01, settings)
+    assert not settings.landing_dir.exists()

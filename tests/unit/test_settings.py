@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from streamdi.settings import Settings, mask_url
+from streamdi.settings import Settings, SettingsError, load_settings, mask_url
 
 
 def test_defaults_derive_from_home(monkeypatch, tmp_path: Path):
@@ -106,3 +109,47 @@ def test_the_jvm_class_archive_is_used_unless_turned_off(monkeypatch, tmp_path):
     monkeypatch.setenv("STREAMDI_JVM_CLASS_ARCHIVE", "false")
     assert Settings().jvm_class_archive is False
     assert Settings().public_view()["STREAMDI_JVM_CLASS_ARCHIVE"] == "false"
+
+
+@pytest.mark.parametrize("placeholder", ["change-me", "CHANGEME", " password ", "admin", "streamdi"])
+def test_placeholder_passwords_are_refused(monkeypatch, tmp_path: Path, placeholder: str):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.setenv("STREAMDI_LOADER_PASSWORD", placeholder)
+    with pytest.raises(SettingsError, match="^invalid settings: STREAMDI_LOADER_PASSWORD: refused: a placeholder"):
+        load_settings()
+
+
+def test_short_role_passwords_are_refused_without_showing_them(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.setenv("STREAMDI_READER_PASSWORD", "s3cr3t-abc")  # 10 characters
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    assert "STREAMDI_READER_PASSWORD: refused" in str(refused.value)
+    assert "s3cr3t-abc" not in str(refused.value)
+    monkeypatch.setenv("STREAMDI_READER_PASSWORD", "s3cr3t-abc-12")
+    assert load_settings().reader_password == "s3cr3t-abc-12"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://streamdi:change-me@warehouse-db:5432/streamdi",
+        "postgresql://streamdi@db/streamdi?password=changeme",
+        "host=db user=streamdi password='change-me'",
+    ],
+)
+def test_a_placeholder_in_database_url_is_refused_and_masked(monkeypatch, tmp_path: Path, url: str):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.setenv("DATABASE_URL", url)
+    with pytest.raises(SettingsError, match="^invalid settings: DATABASE_URL: refused: the password in .*\\*\\*\\*"):
+        load_settings()
+
+
+def test_the_cli_reports_refused_settings_in_one_line(tmp_path: Path):
+    env = {**os.environ, "STREAMDI_HOME": str(tmp_path), "STREAMDI_LOADER_PASSWORD": "change-me"}
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdi.cli", "config"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("invalid settings: STREAMDI_LOADER_PASSWORD: refused: a placeholder")
+    assert "Traceback" not in done.stderr and "change-me" not in done.stderr
