@@ -19,6 +19,7 @@ forks afterwards: start helper processes with `spawn` or `subprocess`.
 
 from __future__ import annotations
 
+import errno
 import logging
 import operator
 import threading
@@ -36,6 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.model import Table
+from streamdi.errors import LakeDiskFull
 from streamdi.faults import fault_point
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.spark import arrow_frame, literal_frame
@@ -384,25 +386,9 @@ class Lake:
                 custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
             )
             fault_point("lake.before_commit")
-            if mode == "merge" and data.num_rows == 0 and (doomed is None or doomed.num_rows == 0):
-                # nothing to upsert or delete: only the app transaction is recorded (an empty commit), without the
-                # MERGE's planning and scan (most tables of a small micro-batch)
-                write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
-            elif mode == "merge" and not delta.get_add_actions().num_rows:
-                # nothing to match or delete in an empty table: the MERGE would insert every row, which an
-                # append does at a fraction of the cost (the first load of every table)
-                write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
-            elif mode == "merge":
-                read_version = delta.version()
-                self._merge(delta, table, data, props, doomed)
-                delta.update_incremental()
-                if delta.version() == read_version:
-                    # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
-                    # it; record the transaction in an empty commit so a replay is still skipped.
-                    empty = data.slice(0, 0)
-                    write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
-            else:
-                write_deltalake(delta, data, mode=mode, commit_properties=props, writer_properties=WRITER)
+            fault_point(f"lake.before_commit:{app_id}")  # a fault right before one named commit
+            with _disk_full_is_clear(self.root, table):
+                self._write(delta, table, data, props, mode, doomed)
             fault_point("lake.after_commit")
             fault_point(f"lake.after_commit:{app_id}")  # a crash right after one named commit
             delta.update_incremental()
@@ -417,6 +403,36 @@ class Lake:
             new_version,
         )
         return CommitResult(table.qualified_name, app_id, version, True, new_version, data.num_rows)
+
+    def _write(
+        self,
+        delta: DeltaTable,
+        table: Table,
+        data: pa.Table,
+        props: CommitProperties,
+        mode: str,
+        doomed: pa.Table | None,
+    ) -> None:
+        """The write of `_commit` (data files, then one log entry with the app transaction)."""
+        if mode == "merge" and data.num_rows == 0 and (doomed is None or doomed.num_rows == 0):
+            # nothing to upsert or delete: only the app transaction is recorded (an empty commit), without the
+            # MERGE's planning and scan (most tables of a small micro-batch)
+            write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
+        elif mode == "merge" and not delta.get_add_actions().num_rows:
+            # nothing to match or delete in an empty table: the MERGE would insert every row, which an
+            # append does at a fraction of the cost (the first load of every table)
+            write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
+        elif mode == "merge":
+            read_version = delta.version()
+            self._merge(delta, table, data, props, doomed)
+            delta.update_incremental()
+            if delta.version() == read_version:
+                # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
+                # it; record the transaction in an empty commit so a replay is still skipped.
+                empty = data.slice(0, 0)
+                write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
+        else:
+            write_deltalake(delta, data, mode=mode, commit_properties=props, writer_properties=WRITER)
 
     def _delete_keys(self, table: Table, deletes: DataFrame | pa.Table | None) -> pa.Table | None:
         if deletes is None:
@@ -583,6 +599,39 @@ def _target_file_bytes(delta: DeltaTable) -> int | None:
     """The table's own data file size (`Table.file_bytes`, stored as a table property), if it has one."""
     value = delta.metadata().configuration.get(TARGET_FILE_SIZE)
     return int(value) if value else None
+
+
+@contextmanager
+def _disk_full_is_clear(root: Path, table: Table) -> Iterator[None]:
+    """A commit that fails because the lake's file system is full raises LakeDiskFull, which says so and what to do
+    (delta-rs reports it as an error of its own whose text carries the OS error)."""
+    try:
+        yield
+    except Exception as exc:
+        cause = next((str(e) for e in _chain(exc) if _no_space(e)), None)
+        if cause is None:
+            raise
+        raise LakeDiskFull(
+            errno.ENOSPC,
+            f"the lake's disk is full ({root}): the commit to {table.qualified_name} failed "
+            f"({' '.join(cause.split())[:300]}). Nothing of that commit is in the table; free space and run again: "
+            "the run resumes exactly once from the commits made so far",
+        ) from exc
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _no_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "os error 28" in text
 
 
 def _small_files(delta: DeltaTable) -> int:

@@ -21,14 +21,20 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+
+from streamdi.errors import LakeDiskFull
+
+log = logging.getLogger(__name__)
 
 LOCK_DIR = "_locks"
 LEASE_FILE = "lease.json"
@@ -125,8 +131,11 @@ def _acquire(root: Path, runner: str) -> None:
 
 def _release(root: Path) -> None:
     folder = root / LOCK_DIR
-    with flocked(folder / LEASE_LOCK):
-        _write(folder, [h for h in _live(_read(folder)) if h["pid"] != os.getpid()])
+    try:
+        with flocked(folder / LEASE_LOCK):
+            _write(folder, [h for h in _live(_read(folder)) if h["pid"] != os.getpid()])
+    except OSError as exc:  # e.g. a full disk: must not hide the error the run is ending with
+        log.warning("could not give back the runner lease of %s (%s); it lapses when this process ends", root, exc)
 
 
 def _busy_message(root: Path, holder: dict, runner: str) -> str:
@@ -148,7 +157,15 @@ def _read(folder: Path) -> list[dict]:
 
 def _write(folder: Path, holders: list[dict]) -> None:
     tmp = folder / f".{LEASE_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(holders, indent=1))
+    try:
+        tmp.write_text(json.dumps(holders, indent=1))
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise LakeDiskFull(
+                errno.ENOSPC, f"the lake's disk is full ({folder.parent}): free space and run again"
+            ) from exc
+        raise
     os.replace(tmp, folder / LEASE_FILE)
 
 

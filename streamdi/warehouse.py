@@ -46,10 +46,14 @@ from psycopg.copy import QueuedLibpqWriter
 from schemas.model import Table, decimal_precision
 from schemas.quality import QUALITY_TABLES
 from streamdi import embedded_pg
+from streamdi.errors import WarehouseUnavailable
 from streamdi.faults import fault_point
 from streamdi.settings import Settings
 
 log = logging.getLogger(__name__)
+# psycopg warns when it cannot end a COPY on a connection that is already gone ("error ignored terminating ..."):
+# the migration then raises WarehouseUnavailable with the same cause, so the warning only repeats it.
+logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 Role = Literal["admin", "loader", "reader"]
 
@@ -348,7 +352,11 @@ class Warehouse:
                     f"role {user} does not exist yet; Warehouse.ensure_objects creates it (`streamdi load`, `streamdi "
                     "migrate` and `streamdi db start` call it)"
                 ) from exc
-            raise
+            if "password authentication failed" in str(exc) or "no password supplied" in str(exc):
+                raise
+            raise WarehouseUnavailable(
+                f"cannot connect to PostgreSQL ({self.display_conninfo(role)}): {' '.join(str(exc).split())}"
+            ) from exc
         with conn:
             yield conn
 
@@ -357,7 +365,7 @@ class Warehouse:
         try:
             with self.connect("admin") as conn:
                 return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is not None
-        except psycopg.Error:
+        except (psycopg.Error, WarehouseUnavailable):
             return True
 
     def server_version(self) -> str:
@@ -480,18 +488,32 @@ class Warehouse:
         callers serialize on an advisory lock. Values round-trip exactly (NULL vs empty string, decimals,
         timestamps as wall-clock values, `time` text)."""
         applied: dict[str, int] = {}
-        with self.connect("loader") as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.migrate'))")
-            for n, change in enumerate(changes):
-                _check_change(change)
-                key = ledger_key(change.table)
-                applied[key] = applied.get(key, 0) + _apply_one(conn, change, n)
-            if callable(batches):
-                batches = batches()
-            if batches:
-                _record_batches(conn, batches, mode)
-            fault_point("pg.before_commit")
-            conn.commit()
+        committing = False
+        try:
+            with self.connect("loader") as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.migrate'))")
+                for n, change in enumerate(changes):
+                    _check_change(change)
+                    key = ledger_key(change.table)
+                    applied[key] = applied.get(key, 0) + _apply_one(conn, change, n)
+                if callable(batches):
+                    batches = batches()
+                if batches:
+                    _record_batches(conn, batches, mode)
+                fault_point("pg.before_commit")
+                committing = True
+                conn.commit()
+        except psycopg.OperationalError as exc:
+            outcome = (
+                "the server may or may not have committed it"
+                if committing
+                else "nothing of it was committed (one transaction)"
+            )
+            raise WarehouseUnavailable(
+                f"PostgreSQL ({self.display_conninfo('loader')}) was lost during a migration: "
+                f"{' '.join(str(exc).split()).rstrip('.')}; {outcome}. Run again once the server is back: the "
+                "migration resumes from the ledger, exactly once"
+            ) from exc
         return applied
 
     def last_migrated_version(self, table_name: str) -> int | None:

@@ -307,3 +307,59 @@ def test_a_halted_batch_stops_run_until_an_operator_skips_it(home: Path):
     assert after.returncode == 0, after.stderr
     assert "every batch is already done" in after.stdout
     assert batch_log.states() == {(1, "stage"): "skipped", (1, "transform"): "skipped", (1, "migrate"): "skipped"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small file system for the lake, which needs root")
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="compares the embedded server's warehouse")
+def test_the_lake_disk_full_during_a_commit_fails_clearly_and_resumes_exactly_once(home: Path, tmp_path: Path):
+    """The lake lives on a small file system that fills up while `streamdi run` is about to commit T0's DimDate: the
+    run fails with one line that says so and what to do; once space is free, a rerun ends with the warehouse of a
+    run that never met a full disk (Delta and PostgreSQL)."""
+    import time
+
+    from cli_runs import snapshot
+
+    reference = tmp_path / "reference"
+    assert cli(reference, "run", "--sample").returncode == 0
+    expected = snapshot(reference)
+
+    lake = home / "lake"
+    lake.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(lake)], check=True)
+    try:
+        paused = tmp_path / "paused"
+        env = {
+            **os.environ,
+            "STREAMDI_HOME": str(home),
+            "STREAMDI_SPARK_MASTER": "local[2]",
+            "STREAMDI_SPARK_DRIVER_MEMORY": "1g",
+            "STREAMDI_FAULT_AT": "lake.before_commit:T0/dimdate",
+            "STREAMDI_FAULT_PAUSE": str(paused),
+        }
+        running = subprocess.Popen(
+            [sys.executable, "-m", "streamdi.cli", "run", "--sample"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 300
+        while not paused.exists():
+            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
+            time.sleep(0.1)
+        # the disk fills up (another process, a log, ...)
+        with open(lake / "filler", "wb") as filler, pytest.raises(OSError, match="No space left on device"):
+            while True:
+                filler.write(b"\0" * (1 << 20))
+                filler.flush()
+        paused.unlink()
+        out, err = (s.decode() for s in running.communicate(timeout=300))
+        assert running.returncode == 1, (out, err)
+        assert f"the lake's disk is full ({lake}): the commit to warehouse.dimdate failed" in err, err
+        assert "free space and run again" in err and "Traceback" not in err, err
+
+        (lake / "filler").unlink()
+        rerun = cli(home, "run")
+        assert rerun.returncode == 0, rerun.stderr
+        assert snapshot(home) == expected
+    finally:
+        subprocess.run(["umount", "--lazy", str(lake)], check=False)

@@ -150,3 +150,55 @@ def test_killed_migration_then_rerun_equals_the_uninterrupted_run(settings, ware
         (4, 4, "push"),
     ]
     assert metrics_rows(target) == metrics and before[2] == metrics[:2]
+
+
+@pytest.mark.skipif(bool(os.environ.get("DATABASE_URL")), reason="restarts the embedded server (no DATABASE_URL)")
+def test_postgres_restarted_in_the_middle_of_a_migration(settings, warehouse, lakes, uninterrupted, tmp_path):
+    """PostgreSQL restarts while `streamdi migrate` is inside its transaction (between two COPY chunks of DimTrade):
+    the run fails with one line that says what happened and what to do, PostgreSQL is exactly at the previous ledger
+    state, and a rerun after the restart gives what an uninterrupted run gives."""
+    import time
+
+    from streamdi import embedded_pg
+
+    first, final, _ = lakes
+    db = database_settings(settings, warehouse, "mig_pg_restart")
+    target = open_warehouse(db)
+    target.ensure_objects(WAREHOUSE_TABLES)
+    lake_dir = tmp_path / "lake"
+    shutil.copytree(first, lake_dir)
+    assert migrate_pending(Lake(lake_dir), target).batches == (1, 2)
+    before = (checksums(target), ledger_rows(target), metrics_rows(target))
+    shutil.rmtree(lake_dir)
+    shutil.copytree(final, lake_dir)
+
+    paused = tmp_path / "paused"
+    env = {k: v for k, v in os.environ.items() if k != "STREAMDI_FAULT_AT"}
+    env.update(
+        STREAMDI_HOME=str(settings.home),
+        STREAMDI_LAKE=str(lake_dir),
+        DATABASE_URL=db.database_url,
+        COLUMNS="200",
+        STREAMDI_FAULT_AT="pg.during_copy#3",
+        STREAMDI_FAULT_PAUSE=str(paused),
+    )
+    migrating = subprocess.Popen(
+        [sys.executable, "-m", "streamdi.cli", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not paused.exists():
+        assert migrating.poll() is None and time.monotonic() < deadline, migrating.communicate()
+        time.sleep(0.1)
+    assert embedded_pg.stop_server(settings)  # fast shutdown: the migration's session is cut
+    embedded_pg.ensure_server(settings)
+    paused.unlink()
+    out, err = (s.decode() for s in migrating.communicate(timeout=120))
+    assert migrating.returncode == 1, (out, err)
+    assert "was lost during a migration" in err and "nothing of it was committed" in err, err
+    assert "Run again once the server is back" in err and "Traceback" not in err, err
+    assert (checksums(target), ledger_rows(target), metrics_rows(target)) == before
+
+    rerun = cli("migrate", home=settings.home, database_url=db.database_url, lake=lake_dir)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "batches 3-4 visible in" in rerun.stdout
+    assert (checksums(target), ledger_rows(target), metrics_rows(target)) == uninterrupted

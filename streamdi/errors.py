@@ -1,0 +1,19 @@
+"""Errors a user is told about in one line (the CLI prints the message and exits non-zero, the traceback only with
+`--verbose`). Kept free of heavy imports: the CLI imports this module at start."""
+
+from __future__ import annotations
+
+
+class WarehouseUnavailable(RuntimeError):
+    """PostgreSQL could not be reached, or the connection was lost in the middle of a migration (a restart, a
+    crash, the network). A migration is one transaction, so nothing of it is half-applied; a rerun resumes from the
+    ledger, exactly once."""
+
+
+class LakeDiskFull(OSError):
+    """A Delta commit failed because the lake's file system is full. Nothing of that commit is in its table (Delta
+    writes its data files first and commits by adding one log file); the commits before it are kept, and a rerun
+    once space is free resumes exactly once."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
