@@ -857,7 +857,12 @@ def test_user_that_cannot_create_roles_degrades_to_its_own_user(own_server, capl
 def test_database_url_roles_get_passwords_from_settings(own_server):
     settings, admin_url = own_server
     wh = open_warehouse(
-        Settings(home=settings.home, database_url=admin_url, loader_password="l0ad-secret-42", reader_password="r3ad-secret-42")
+        Settings(
+            home=settings.home,
+            database_url=admin_url,
+            loader_password="l0ad-secret-42",
+            reader_password="r3ad-secret-42",
+        )
     )
     wh.ensure_objects([])
     try:
