@@ -38,7 +38,9 @@ from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch
 from streamdi.settings import Settings
-from streamdi.warehouse import Warehouse, open_warehouse
+
+# `sql` is psycopg's module as streamdi.warehouse imports it: only streamdi/warehouse.py imports psycopg.
+from streamdi.warehouse import Warehouse, open_warehouse, sql
 
 
 def reset(warehouse: Warehouse) -> None:
@@ -54,18 +56,22 @@ def psql(url: str, command: str) -> float:
 def psql_baseline(warehouse: Warehouse, url: str, work: Path, indexed: bool) -> tuple[int, float]:
     """Rows and seconds of `\\copy` of every non-empty dw table's rows into fresh empty tables."""
     schema = "bench_indexed" if indexed else "bench_bare"
-    warehouse.query(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}", role="admin")
+    warehouse.query(
+        sql.SQL("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}").format(schema=sql.Identifier(schema)),
+        role="admin",
+    )
     rows = 0
     seconds = 0.0
     for table in WAREHOUSE_TABLES:
         csv = work / f"{table.name}.csv"
         if not csv.exists():
             psql(url, f"\\copy (SELECT * FROM dw.{table.name}) TO '{csv}' CSV")
-        count = warehouse.query(f"SELECT count(*) FROM dw.{table.name}", role="admin")[1][0][0]
+        source = sql.Identifier("dw", table.name)
+        count = warehouse.query(sql.SQL("SELECT count(*) FROM {}").format(source), role="admin")[1][0][0]
         if not count:
             continue
-        like = f"(LIKE dw.{table.name} INCLUDING ALL)" if indexed else f"(LIKE dw.{table.name})"
-        warehouse.query(f"CREATE TABLE {schema}.{table.name} {like}", role="admin")
+        like = sql.SQL("LIKE {} INCLUDING ALL" if indexed else "LIKE {}").format(source)
+        warehouse.query(sql.SQL("CREATE TABLE {} ({})").format(sql.Identifier(schema, table.name), like), role="admin")
         seconds += psql(url, f"\\copy {schema}.{table.name} FROM '{csv}' CSV")
         rows += count
     return rows, seconds

@@ -11,7 +11,13 @@ per batch; `ok` is true when nothing failed or was skipped.
 
 Independence: this module shares no code with what it audits. It does not import `jobs.*` or `schemas.warehouse`;
 its SQL spells the specification's table and column names (lower case, schema `dw`), and it parses audit files
-itself. It uses `streamdi.warehouse` only to connect and `schemas.audit`/`streamdi.lake` to read staged figures.
+itself. It uses `streamdi.warehouse` only to connect and for psycopg's `sql` module, and `schemas.audit`/`streamdi.lake`
+to read staged figures.
+
+SQL: every statement is composed with `psycopg.sql`, none built by string formatting. A fragment (a condition, an
+aggregate, a JOIN clause, an example expression) is either constant text of this module (a `str`, taken as `sql.SQL`)
+or an `sql.Composable`: identifiers as `sql.Identifier`, values (batch numbers, figure dates, constant lists) as
+`sql.Literal` -- the fragments of many checks are combined into one statement, so they carry no `%s` parameters.
 
 The checks, as in the script (B = the batches of the audit figures, 1..N; 3 in the official data set):
 - Audit table batches, Audit table sources (the 13 data sets).
@@ -87,13 +93,16 @@ from typing import Any
 from schemas.audit import AUDIT_FIGURES, NOT_COUNTED
 from streamdi.context import JobContext
 
+# psycopg's `sql` module as streamdi.warehouse imports it: only streamdi/warehouse.py imports psycopg.
+from streamdi.warehouse import sql
+
 OK = "ok"
 FAILED = "failed"
 SKIPPED = "skipped"
 NOT_CHECKED = "not checked"
 
 END_OF_TIME = dt.date(9999, 12, 31)
-EOT = "DATE '9999-12-31'"
+EOT = sql.SQL("DATE '9999-12-31'")
 EXAMPLES = 3  # offending rows quoted in a detail
 
 # The data sets the script's "Audit table sources" asks figures for.
@@ -406,37 +415,74 @@ def _span(batches: Sequence[int]) -> str:
 
 
 # -------------------------------------------------------------------------------------------- PostgreSQL
-def _date(day: dt.date | None) -> str:
-    """A date as an SQL literal (dates come from parsed figures, never from text, so inlining is safe)."""
+# An SQL fragment: constant text of this module (a str, composed as `sql.SQL`) or an `sql.Composable`.
+Fragment = str | sql.Composable
+
+
+def _sql(fragment: Fragment) -> sql.Composable:
+    """A fragment as a Composable; a str must be constant SQL text (never text built by formatting)."""
+    return sql.SQL(fragment) if isinstance(fragment, str) else fragment
+
+
+def _date(day: dt.date | None) -> sql.Composable:
+    """A date of the figures as an SQL literal (`'1950-01-01'::date`), NULL::date for None."""
     if day is None:
-        return "NULL::date"
+        return sql.SQL("NULL::date")
     if not isinstance(day, dt.date):
         raise TypeError(f"not a date: {day!r}")
-    return f"DATE '{day.isoformat()}'"
+    return sql.Literal(day)
 
 
-def _ints(values: Iterable[int]) -> str:
-    return "ARRAY[" + ", ".join(str(int(v)) for v in values) + "]::int[]"
+def _ints(values: Iterable[int]) -> sql.Composable:
+    """An int[] array of `values` (`ARRAY[1, 2, 3]::int[]`)."""
+    return sql.SQL("ARRAY[{}]::int[]").format(sql.SQL(", ").join(sql.Literal(int(v)) for v in values))
+
+
+def _texts(values: Iterable[str]) -> sql.Composable:
+    """SQL string literals, comma separated."""
+    return sql.SQL(", ").join(map(sql.Literal, values))
+
+
+def _format(template: str, *args: Fragment) -> sql.Composable:
+    """`format('<template>', args...)`: an example row described by PostgreSQL's format()."""
+    return sql.SQL("format({})").format(sql.SQL(", ").join([sql.Literal(template), *map(_sql, args)]))
+
+
+def _version_join(
+    table: str, alias: str, sk: str, fact: str, day: sql.Composable, valid_until: bool = True
+) -> sql.Composable:
+    """`LEFT JOIN dw.<table> <alias>` on the fact's (alias `fact`) surrogate key `sk` and a version effective on
+    `day` (and, with `valid_until`, not ended before it)."""
+    return sql.SQL("LEFT JOIN {table} {alias} ON {key} = {fact_key} AND {effective} <= {day}{until}").format(
+        table=sql.Identifier("dw", table),
+        alias=sql.Identifier(alias),
+        key=sql.Identifier(alias, sk),
+        fact_key=sql.Identifier(fact, sk),
+        effective=sql.Identifier(alias, "effectivedate"),
+        day=day,
+        until=sql.SQL(" AND {} <= {}").format(day, sql.Identifier(alias, "enddate")) if valid_until else sql.SQL(""),
+    )
 
 
 class _Snapshot:
     """The audit's view of PostgreSQL: one connection as the read-only role, in one read-only REPEATABLE READ
-    transaction. Statements carry no parameters, so `%` in LIKE patterns needs no escaping."""
+    transaction. Statements carry no parameters (values are `sql.Literal`s), so `%` in LIKE patterns and format()
+    templates needs no escaping."""
 
     def __init__(self, conn) -> None:
         self.conn = conn
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         self.tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'dw'")}
 
-    def rows(self, statement: str) -> list[tuple]:
-        return self.conn.execute(statement).fetchall()
+    def rows(self, statement: Fragment) -> list[tuple]:
+        return self.conn.execute(_sql(statement)).fetchall()
 
-    def row(self, statement: str) -> dict[str, Any]:
-        cur = self.conn.execute(statement)
+    def row(self, statement: Fragment) -> dict[str, Any]:
+        cur = self.conn.execute(_sql(statement))
         values = cur.fetchone()
         return dict(zip([d.name for d in cur.description], values, strict=True))
 
-    def strings(self, statement: str) -> list[str]:
+    def strings(self, statement: Fragment) -> list[str]:
         return [str(r[0]) for r in self.rows(statement)]
 
 
@@ -446,7 +492,7 @@ class Join:
 
     alias: str
     table: str
-    clause: str
+    clause: Fragment
     after: tuple[str, ...] = ()
 
 
@@ -457,7 +503,7 @@ class _Item:
 
     name: str
     batch: int | None
-    aggregates: dict[str, str]
+    aggregates: dict[str, Fragment]
     joins: tuple[str, ...]
     judge: Callable[[dict[str, Any]], Check]
     tables: tuple[str, ...] = ()  # tables its subqueries read besides the scan's
@@ -479,7 +525,7 @@ class _Scan:
     def check(
         self,
         name: str,
-        aggregates: dict[str, str],
+        aggregates: dict[str, Fragment],
         judge: Callable[[dict[str, Any]], Check],
         batch: int | None = None,
         joins: Sequence[str] = (),
@@ -490,9 +536,9 @@ class _Scan:
     def rule(
         self,
         name: str,
-        bad: str,
+        bad: Fragment,
         what: str,
-        example: str,
+        example: Fragment,
         batch: int | None = None,
         joins: Sequence[str] = (),
     ) -> None:
@@ -506,7 +552,7 @@ class _Scan:
             examples = self.examples(example, bad, joins)
             return Check(name, FAILED, f"{_rows(n)} {what}, e.g. {'; '.join(examples)}", batch)
 
-        self.check(name, {"bad": f"count(*) FILTER (WHERE {bad})"}, judge, batch, joins)
+        self.check(name, {"bad": sql.SQL("count(*) FILTER (WHERE {})").format(_sql(bad))}, judge, batch, joins)
 
     def skip(self, name: str, reason: str, batch: int | None = None) -> None:
         self.check(name, {}, lambda _: Check(name, SKIPPED, reason, batch), batch)
@@ -522,13 +568,16 @@ class _Scan:
                 stack.extend(self.joins[a].after)
         return [j for a, j in self.joins.items() if a in wanted]
 
-    def from_clause(self, aliases: Iterable[str]) -> str:
-        return " ".join([f"dw.{self.table} {self.alias}", *(j.clause for j in self._joins_for(aliases))])
+    def from_clause(self, aliases: Iterable[str]) -> sql.Composable:
+        scanned = sql.SQL("{} {}").format(sql.Identifier("dw", self.table), sql.Identifier(self.alias))
+        return sql.SQL(" ").join([scanned, *(_sql(j.clause) for j in self._joins_for(aliases))])
 
-    def examples(self, example: str, bad: str, joins: Sequence[str] = ()) -> list[str]:
+    def examples(self, example: Fragment, bad: Fragment, joins: Sequence[str] = ()) -> list[str]:
         # no DISTINCT: a top-N sort of the offending rows instead of a sort of all of them
         found = self.db.strings(
-            f"SELECT {example} AS e FROM {self.from_clause(joins)} WHERE {bad} ORDER BY 1 LIMIT {EXAMPLES * 4}"
+            sql.SQL("SELECT {} AS e FROM {} WHERE {} ORDER BY 1 LIMIT {}").format(
+                _sql(example), self.from_clause(joins), _sql(bad), sql.Literal(EXAMPLES * 4)
+            )
         )
         return list(dict.fromkeys(found))[:EXAMPLES]
 
@@ -542,12 +591,14 @@ class _Scan:
                 checks[i] = Check(item.name, FAILED, f"table dw.{missing[0]} does not exist", item.batch)
             else:
                 runnable.append((i, item))
-        columns = {f"c{i}_{local}": sql for i, item in runnable for local, sql in item.aggregates.items()}
+        columns = {f"c{i}_{local}": expr for i, item in runnable for local, expr in item.aggregates.items()}
         values: dict[str, Any] = {}
         if columns:
             joins = [a for _, item in runnable for a in item.joins]
-            select = ",\n  ".join(f'{sql} AS "{key}"' for key, sql in columns.items())
-            values = self.db.row(f"SELECT\n  {select}\nFROM {self.from_clause(joins)}")
+            select = sql.SQL(",\n  ").join(
+                sql.SQL("{} AS {}").format(_sql(expr), sql.Identifier(key)) for key, expr in columns.items()
+            )
+            values = self.db.row(sql.SQL("SELECT\n  {}\nFROM {}").format(select, self.from_clause(joins)))
         for i, item in runnable:
             local = {k: values[f"c{i}_{k}"] for k in item.aggregates}
             checks[i] = item.judge(local)
@@ -636,7 +687,13 @@ class _Audit:
         return [b for b in self.batches if b <= batch]
 
     def window_rules(
-        self, scan: _Scan, name: str, bad: Callable[[int, dt.date, dt.date], str], what: str, example: str, joins=()
+        self,
+        scan: _Scan,
+        name: str,
+        bad: Callable[[int, dt.date, dt.date], Fragment],
+        what: str,
+        example: Fragment,
+        joins: Sequence[str] = (),
     ) -> None:
         """One rule per batch of B over the batch's window: `bad(batch, first, last)` is the offending condition,
         `what` describes the offending rows with `{window}` standing for the window."""
@@ -648,14 +705,17 @@ class _Audit:
             first, last = window
             scan.rule(name, bad(b, first, last), what.format(window=f"[{first}, {last}]"), example, b, joins)
 
-    def batches_check(self, scan: _Scan, name: str, column: str, expected: Sequence[int]) -> None:
-        """The official "<table> batches": the BatchID values are exactly `expected`."""
+    def batches_check(self, scan: _Scan, name: str, expected: Sequence[int]) -> None:
+        """The official "<table> batches": the BatchID values of the scanned table are exactly `expected`."""
         if not self.batches:
             scan.skip(name, f"no audit figures {self.figures.where}: the batches are unknown")
             return
         wanted = list(expected)
-        aggregates = {f"b{b}": f"count(*) FILTER (WHERE {column} = {b})" for b in wanted}
-        aggregates["other"] = f"count(*) FILTER (WHERE {column} <> ALL({_ints(wanted)}))"
+        column = sql.Identifier(scan.alias, "batchid")
+        aggregates: dict[str, Fragment] = {
+            f"b{b}": sql.SQL("count(*) FILTER (WHERE {} = {})").format(column, sql.Literal(b)) for b in wanted
+        }
+        aggregates["other"] = sql.SQL("count(*) FILTER (WHERE {} <> ALL({}))").format(column, _ints(wanted))
 
         def judge(v: dict[str, Any]) -> Check:
             present = [b for b in wanted if v[f"b{b}"] > 0]
@@ -663,8 +723,9 @@ class _Audit:
                 present += [
                     int(x)
                     for x in scan.db.strings(
-                        f"SELECT DISTINCT {column} FROM {scan.from_clause(())} "
-                        f"WHERE {column} <> ALL({_ints(wanted)}) ORDER BY 1 LIMIT 20"
+                        sql.SQL(
+                            "SELECT DISTINCT {column} FROM {source} WHERE {column} <> ALL({wanted}) ORDER BY 1 LIMIT 20"
+                        ).format(column=column, source=scan.from_clause(()), wanted=_ints(wanted))
                     )
                 ]
             if sorted(present) == wanted and not v["other"]:
@@ -819,8 +880,9 @@ class _Audit:
             scan.skip("DimBroker EffectiveDate", "no Batch FirstDay figure for batch 1")
         else:
             what = f"with an EffectiveDate other than Batch1's first day {first}"
-            scan.rule("DimBroker EffectiveDate", f"v.effectivedate <> {_date(first)}", what, example)
-        scan.rule("DimBroker EndDate", f"v.enddate <> {EOT}", "with an EndDate other than 9999-12-31", example)
+            scan.rule("DimBroker EffectiveDate", sql.SQL("v.effectivedate <> {}").format(_date(first)), what, example)
+        not_eot = sql.SQL("v.enddate <> {}").format(EOT)
+        scan.rule("DimBroker EndDate", not_eot, "with an EndDate other than 9999-12-31", example)
         self.add(*scan.run())
 
     # -- the SCD2 invariants shared by DimAccount, DimCustomer, DimSecurity, DimCompany
@@ -828,67 +890,97 @@ class _Audit:
         chain = Join(
             "nx",
             t.table,
-            f"LEFT JOIN (SELECT {t.natural} AS nk, effectivedate AS eff, count(*) AS n FROM dw.{t.table} "
-            f"GROUP BY 1, 2) nx ON nx.nk = v.{t.natural} AND nx.eff = v.enddate",
+            sql.SQL(
+                "LEFT JOIN (SELECT {natural} AS nk, effectivedate AS eff, count(*) AS n FROM {table} "
+                "GROUP BY 1, 2) nx ON nx.nk = {version_natural} AND nx.eff = v.enddate"
+            ).format(
+                natural=sql.Identifier(t.natural),
+                table=sql.Identifier("dw", t.table),
+                version_natural=sql.Identifier("v", t.natural),
+            ),
         )
         return _Scan(self.db, t.table, "v", [chain, *joins])
 
-    def version_example(self, t: _Scd2) -> str:
-        return f"format('{t.natural}=%s %s..%s', v.{t.natural}, v.effectivedate, v.enddate)"
+    def version_example(self, t: _Scd2) -> sql.Composable:
+        return _format(f"{t.natural}=%s %s..%s", sql.Identifier("v", t.natural), "v.effectivedate", "v.enddate")
 
     def scd2_checks(self, scan: _Scan, t: _Scd2, batches: Sequence[int], is_current: bool = True) -> None:
         """distinct keys, EndDate, Overlap, End of Time, consolidation, batches, IsCurrent, EffectiveDate."""
         label, example = t.label, self.version_example(t)
+        table, natural, sk = sql.Identifier("dw", t.table), sql.Identifier(t.natural), sql.Identifier(t.sk)
+        version_natural = sql.Identifier("v", t.natural)
+        ends_eot = sql.SQL("count(*) FILTER (WHERE v.enddate = {})").format(EOT)
 
         def distinct(v: dict[str, Any]) -> Check:
             if v["keys"] == v["rows"]:
                 return Check(f"{label} distinct keys", OK)
             dupes = scan.db.strings(
-                f"SELECT {t.sk} FROM dw.{t.table} GROUP BY 1 HAVING count(*) > 1 ORDER BY 1 LIMIT {EXAMPLES}"
+                sql.SQL("SELECT {} FROM {} GROUP BY 1 HAVING count(*) > 1 ORDER BY 1 LIMIT {}").format(
+                    sk, table, sql.Literal(EXAMPLES)
+                )
             )
             detail = f"{v['keys']} distinct {t.sk} for {_rows(v['rows'])}, e.g. {t.sk}={', '.join(dupes)}"
             return Check(f"{label} distinct keys", FAILED, detail)
 
-        scan.check(f"{label} distinct keys", {"keys": f"count(DISTINCT v.{t.sk})", "rows": "count(*)"}, distinct)
+        keys = sql.SQL("count(DISTINCT {})").format(sql.Identifier("v", t.sk))
+        scan.check(f"{label} distinct keys", {"keys": keys, "rows": "count(*)"}, distinct)
 
         def end_date(v: dict[str, Any]) -> Check:
             if v["rows"] == v["chained"] + v["eot"]:
                 return Check(f"{label} EndDate", OK)
-            bad = f"coalesce(nx.n, 0) + (v.enddate = {EOT})::int <> 1"
+            bad = sql.SQL("coalesce(nx.n, 0) + (v.enddate = {})::int <> 1").format(EOT)
             detail = (
                 f"{_rows(v['rows'])}, but {v['chained']} end on another version's EffectiveDate and {v['eot']} on "
                 f"9999-12-31 (they must add up), e.g. {'; '.join(scan.examples(example, bad, ['nx']))}"
             )
             return Check(f"{label} EndDate", FAILED, detail)
 
-        aggregates = {"rows": "count(*)", "chained": "coalesce(sum(nx.n), 0)"}
-        aggregates["eot"] = f"count(*) FILTER (WHERE v.enddate = {EOT})"
+        aggregates: dict[str, Fragment] = {"rows": "count(*)", "chained": "coalesce(sum(nx.n), 0)", "eot": ends_eot}
         scan.check(f"{label} EndDate", aggregates, end_date, joins=["nx"])
 
-        pairs = (
-            f"FROM dw.{t.table} a JOIN dw.{t.table} b ON a.{t.natural} = b.{t.natural} AND a.{t.sk} <> b.{t.sk} "
+        pairs = sql.SQL(
+            "FROM {table} a JOIN {table} b ON {a_natural} = {b_natural} AND {a_sk} <> {b_sk} "
             "AND a.effectivedate >= b.effectivedate AND a.effectivedate < b.enddate"
+        ).format(
+            table=table,
+            a_natural=sql.Identifier("a", t.natural),
+            b_natural=sql.Identifier("b", t.natural),
+            a_sk=sql.Identifier("a", t.sk),
+            b_sk=sql.Identifier("b", t.sk),
         )
 
         def overlap(v: dict[str, Any]) -> Check:
             if v["pairs"] == 0:
                 return Check(f"{label} Overlap", OK)
+            pair = _format(
+                f"{t.natural}=%s: %s..%s starts inside %s..%s",
+                sql.Identifier("a", t.natural),
+                "a.effectivedate",
+                "a.enddate",
+                "b.effectivedate",
+                "b.enddate",
+            )
             shown = scan.db.strings(
-                f"SELECT DISTINCT format('{t.natural}=%s: %s..%s starts inside %s..%s', a.{t.natural}, "
-                f"a.effectivedate, a.enddate, b.effectivedate, b.enddate) {pairs} ORDER BY 1 LIMIT {EXAMPLES}"
+                sql.SQL("SELECT DISTINCT {} {} ORDER BY 1 LIMIT {}").format(pair, pairs, sql.Literal(EXAMPLES))
             )
             detail = f"{v['pairs']} pair(s) of versions of one {t.natural} overlap, e.g. {'; '.join(shown)}"
             return Check(f"{label} Overlap", FAILED, detail)
 
-        scan.check(f"{label} Overlap", {"pairs": f"(SELECT count(*) {pairs})"}, overlap)
+        scan.check(f"{label} Overlap", {"pairs": sql.SQL("(SELECT count(*) {})").format(pairs)}, overlap)
 
         def end_of_time(v: dict[str, Any]) -> Check:
             if v["keys"] == v["eot"]:
                 return Check(f"{label} End of Time", OK)
+            open_versions = sql.SQL("count(*) FILTER (WHERE enddate = {})").format(EOT)
             shown = scan.db.strings(
-                f"SELECT format('{t.natural}=%s (%s)', {t.natural}, count(*) FILTER (WHERE enddate = {EOT})) "
-                f"FROM dw.{t.table} GROUP BY {t.natural} HAVING count(*) FILTER (WHERE enddate = {EOT}) <> 1 "
-                f"ORDER BY {t.natural} LIMIT {EXAMPLES}"
+                sql.SQL("SELECT {} FROM {} GROUP BY {} HAVING {} <> 1 ORDER BY {} LIMIT {}").format(
+                    _format(f"{t.natural}=%s (%s)", natural, open_versions),
+                    table,
+                    natural,
+                    open_versions,
+                    natural,
+                    sql.Literal(EXAMPLES),
+                )
             )
             detail = (
                 f"{v['keys']} distinct {t.natural} but {v['eot']} versions end on 9999-12-31, e.g. (versions "
@@ -896,25 +988,33 @@ class _Audit:
             )
             return Check(f"{label} End of Time", FAILED, detail)
 
-        aggregates = {"keys": f"count(DISTINCT v.{t.natural})", "eot": f"count(*) FILTER (WHERE v.enddate = {EOT})"}
+        aggregates = {"keys": sql.SQL("count(DISTINCT {})").format(version_natural), "eot": ends_eot}
         scan.check(f"{label} End of Time", aggregates, end_of_time)
         scan.rule(
             f"{label} consolidation", "v.effectivedate = v.enddate", "starting and ending on the same day", example
         )
-        self.batches_check(scan, f"{label} batches", "v.batchid", batches)
+        self.batches_check(scan, f"{label} batches", batches)
         if is_current:
             scan.rule(
                 f"{label} IsCurrent",
-                f"NOT coalesce((v.enddate = {EOT} AND v.iscurrent) OR (v.enddate < {EOT} AND NOT v.iscurrent), false)",
+                sql.SQL(
+                    "NOT coalesce((v.enddate = {eot} AND v.iscurrent) "
+                    "OR (v.enddate < {eot} AND NOT v.iscurrent), false)"
+                ).format(eot=EOT),
                 "whose IsCurrent disagrees with an EndDate of 9999-12-31",
-                f"format('{t.natural}=%s %s..%s iscurrent=%s', v.{t.natural}, v.effectivedate, v.enddate, "
-                "v.iscurrent::text)",
+                _format(
+                    f"{t.natural}=%s %s..%s iscurrent=%s",
+                    version_natural,
+                    "v.effectivedate",
+                    "v.enddate",
+                    "v.iscurrent::text",
+                ),
             )
         self.window_rules(
             scan,
             f"{label} EffectiveDate",
-            lambda b, first, last: (
-                f"v.batchid = {b} AND (v.effectivedate < {_date(first)} OR v.effectivedate > {_date(last)})"
+            lambda b, first, last: sql.SQL("v.batchid = {} AND (v.effectivedate < {} OR v.effectivedate > {})").format(
+                sql.Literal(b), _date(first), _date(last)
             ),
             "of the batch with an EffectiveDate outside {window}",
             example,
@@ -923,37 +1023,38 @@ class _Audit:
             f"{label} Status",
             "v.status NOT IN ('Active', 'Inactive')",
             "with a Status not in (Active, Inactive)",
-            f"format('{t.natural}=%s %s', v.{t.natural}, {self.value('status')})",
+            _format(f"{t.natural}=%s %s", version_natural, self.value("status")),
         )
 
     @staticmethod
-    def value(column: str, alias: str = "v") -> str:
-        return f"coalesce({alias}.{column}::text, 'NULL')"
+    def value(column: str, alias: str = "v") -> sql.Composable:
+        return sql.SQL("coalesce({}::text, 'NULL')").format(sql.Identifier(alias, column))
 
     def foreign_key(
-        self, scan: _Scan, name: str, alias: str, fk: str, what: str, ident: str, batch: int | None = None
+        self, scan: _Scan, name: str, alias: str, fk: str, what: str, ident: Fragment, batch: int | None = None
     ) -> None:
         """The official "<table> <SK>": every row joins a dimension row (`alias`, joined with the check's
         conditions); offending rows are quoted as `ident` -> fk."""
-        example = f"format('%s -> {fk}=%s', {ident}, {scan.alias}.{fk})"
-        scan.rule(name, f"{alias}.{fk} IS NULL", what, example, batch, [alias])
+        example = _format(f"%s -> {fk}=%s", ident, sql.Identifier(scan.alias, fk))
+        scan.rule(name, sql.SQL("{} IS NULL").format(sql.Identifier(alias, fk)), what, example, batch, [alias])
 
     # -- DimAccount
     def account(self) -> None:
         t = ACCOUNTS
-        in_range = "{a}.effectivedate <= v.effectivedate AND v.enddate <= {a}.enddate"
         scan = self.scd2_scan(
             t,
             [
                 Join(
                     "cu",
                     "dimcustomer",
-                    "LEFT JOIN dw.dimcustomer cu ON cu.sk_customerid = v.sk_customerid AND " + in_range.format(a="cu"),
+                    "LEFT JOIN dw.dimcustomer cu ON cu.sk_customerid = v.sk_customerid "
+                    "AND cu.effectivedate <= v.effectivedate AND v.enddate <= cu.enddate",
                 ),
                 Join(
                     "br",
                     "dimbroker",
-                    "LEFT JOIN dw.dimbroker br ON br.sk_brokerid = v.sk_brokerid AND " + in_range.format(a="br"),
+                    "LEFT JOIN dw.dimbroker br ON br.sk_brokerid = v.sk_brokerid "
+                    "AND br.effectivedate <= v.effectivedate AND v.enddate <= br.enddate",
                 ),
             ],
         )
@@ -969,7 +1070,7 @@ class _Audit:
             expected = self.expected(terms, [b])
             scan.check(
                 "DimAccount row count",
-                {"n": f"count(*) FILTER (WHERE v.batchid = {b})"},
+                {"n": sql.SQL("count(*) FILTER (WHERE v.batchid = {})").format(sql.Literal(b))},
                 lambda v, b=b, op=op, expected=expected: _compare(
                     "DimAccount row count", v["n"], op, expected, f"rows of batch {b}", b
                 ),
@@ -980,7 +1081,7 @@ class _Audit:
             "DimAccount TaxStatus",
             "v.batchid = 1 AND v.taxstatus NOT IN (0, 1, 2)",
             "of batch 1 with a TaxStatus not in (0, 1, 2)",
-            f"format('accountid=%s taxstatus=%s', v.accountid, {self.value('taxstatus')})",
+            _format("accountid=%s taxstatus=%s", "v.accountid", self.value("taxstatus")),
         )
         ident = "format('accountid=%s %s..%s', v.accountid, v.effectivedate, v.enddate)"
         self.foreign_key(
@@ -1016,7 +1117,7 @@ class _Audit:
     # -- DimCustomer
     def customer(self) -> None:
         t = CUSTOMERS
-        person = (
+        person = sql.SQL(
             "upper({a}.firstname || {a}.lastname || {a}.addressline1 || coalesce({a}.addressline2, '') "
             "|| {a}.postalcode)"
         )
@@ -1038,11 +1139,15 @@ class _Audit:
                 Join(
                     "pr",
                     "prospect",
-                    f"LEFT JOIN (SELECT {person.format(a='p')} AS person, coalesce(p.creditrating, 0) AS cr, "
-                    "coalesce(p.networth, 0) AS nw, coalesce(p.marketingnameplate, '') AS mn, count(*) AS n "
-                    "FROM dw.prospect p GROUP BY 1, 2, 3, 4) pr ON v.iscurrent "
-                    f"AND pr.person = {person.format(a='v')} AND pr.cr = coalesce(v.creditrating, 0) "
-                    "AND pr.nw = coalesce(v.networth, 0) AND pr.mn = coalesce(v.marketingnameplate, '')",
+                    sql.SQL(
+                        "LEFT JOIN (SELECT {prospect} AS person, coalesce(p.creditrating, 0) AS cr, "
+                        "coalesce(p.networth, 0) AS nw, coalesce(p.marketingnameplate, '') AS mn, count(*) AS n "
+                        "FROM dw.prospect p GROUP BY 1, 2, 3, 4) pr ON v.iscurrent "
+                        "AND pr.person = {customer} AND pr.cr = coalesce(v.creditrating, 0) "
+                        "AND pr.nw = coalesce(v.networth, 0) AND pr.mn = coalesce(v.marketingnameplate, '')"
+                    ).format(
+                        prospect=person.format(a=sql.Identifier("p")), customer=person.format(a=sql.Identifier("v"))
+                    ),
                 ),
             ],
         )
@@ -1051,14 +1156,14 @@ class _Audit:
             expected = self.expected([*terms, Term(-1, "DimCustomer", "C_ID_HIST")], [b])
             scan.check(
                 "DimCustomer row count",
-                {"n": f"count(*) FILTER (WHERE v.batchid = {b})"},
+                {"n": sql.SQL("count(*) FILTER (WHERE v.batchid = {})").format(sql.Literal(b))},
                 lambda v, b=b, expected=expected: _compare(
                     "DimCustomer row count", v["n"], ">=", expected, f"rows of batch {b}", b
                 ),
                 batch=b,
             )
         self.scd2_checks(scan, t, self.batches)
-        ident = "format('customerid=%s %s', v.customerid, {})"
+        ident = sql.SQL("format('customerid=%s %s', v.customerid, {})")
         scan.rule(
             "DimCustomer Gender",
             "v.gender NOT IN ('M', 'F', 'U')",
@@ -1072,27 +1177,28 @@ class _Audit:
             ident.format(self.value("taxid")),
         )
         for phone in ("phone1", "phone2", "phone3"):
-            bad = (
-                f"v.{phone} NOT LIKE '+1 (___) ___-____%' AND v.{phone} NOT LIKE '(___) ___-____%' "
-                f"AND v.{phone} NOT LIKE '___-____%' AND v.{phone} <> '' AND v.{phone} IS NOT NULL"
-            )
+            column = sql.Identifier("v", phone)
+            bad = sql.SQL(
+                "{phone} NOT LIKE '+1 (___) ___-____%' AND {phone} NOT LIKE '(___) ___-____%' "
+                "AND {phone} NOT LIKE '___-____%' AND {phone} <> '' AND {phone} IS NOT NULL"
+            ).format(phone=column)
             scan.rule(
                 f"DimCustomer {phone.capitalize()}",
                 bad,
                 f"with a badly formatted {phone.capitalize()}",
-                ident.format(f"v.{phone}"),
+                ident.format(column),
             )
         scan.rule(
             "DimCustomer Email1",
             "v.email1 NOT LIKE '_%.%@%.%' AND v.email1 IS NOT NULL",
             "with an Email1 not like _%.%@%.%",
-            ident.format("v.email1"),
+            ident.format(sql.Identifier("v", "email1")),
         )
         scan.rule(
             "DimCustomer Email2",
             "v.email2 NOT LIKE '_%.%@%.%' AND v.email2 <> '' AND v.email2 IS NOT NULL",
             "with an Email2 not like _%.%@%.%",
-            ident.format("v.email2"),
+            ident.format(sql.Identifier("v", "email2")),
         )
         self.tax_rate_check(scan, "DimCustomer LocalTaxRate", "lt", "localtaxrate", ">", 300)
         self.tax_rate_check(scan, "DimCustomer NationalTaxRate", "nt", "nationaltaxrate", ">=", 9)
@@ -1150,9 +1256,13 @@ class _Audit:
             parts = []
             if joined != rows:
                 shown = scan.examples(
-                    f"format('customerid=%s %s %s', v.customerid, coalesce(v.{desc}, 'NULL'), "
-                    f"coalesce(v.{column}::text, 'NULL'))",
-                    f"{alias}.n IS DISTINCT FROM 1",
+                    _format(
+                        "customerid=%s %s %s",
+                        "v.customerid",
+                        sql.SQL("coalesce({}, 'NULL')").format(sql.Identifier("v", desc)),
+                        self.value(column),
+                    ),
+                    sql.SQL("{} IS DISTINCT FROM 1").format(sql.Identifier(alias, "n")),
                     [alias],
                 )
                 parts.append(
@@ -1172,10 +1282,10 @@ class _Audit:
                 parts[-1] += " (scale factor unknown: no Generator SF figure)"
             return Check(name, FAILED, "; ".join(parts))
 
-        aggregates = {
-            "joined": f"coalesce(sum({alias}.n), 0)",
+        aggregates: dict[str, Fragment] = {
+            "joined": sql.SQL("coalesce(sum({}), 0)").format(sql.Identifier(alias, "n")),
             "rows": "count(*)",
-            "distinct": f"count(DISTINCT v.{desc})",
+            "distinct": sql.SQL("count(DISTINCT {})").format(sql.Identifier("v", desc)),
         }
         scan.check(name, aggregates, judge, joins=[alias])
 
@@ -1213,13 +1323,13 @@ class _Audit:
             "DimSecurity ExchangeID",
             "v.exchangeid NOT IN ('NYSE', 'NASDAQ', 'AMEX', 'PCX')",
             "with an ExchangeID not in (NYSE, NASDAQ, AMEX, PCX)",
-            f"format('symbol=%s %s', v.symbol, {self.value('exchangeid')})",
+            _format("symbol=%s %s", "v.symbol", self.value("exchangeid")),
         )
         scan.rule(
             "DimSecurity Issue",
             "v.issue NOT IN ('COMMON', 'PREF_A', 'PREF_B', 'PREF_C', 'PREF_D')",
             "with an Issue not in (COMMON, PREF_A..PREF_D)",
-            f"format('symbol=%s %s', v.symbol, {self.value('issue')})",
+            _format("symbol=%s %s", "v.symbol", self.value("issue")),
         )
         self.add(*scan.run())
 
@@ -1243,20 +1353,23 @@ class _Audit:
                 )
             )
         self.scd2_checks(scan, t, [1], is_current=False)
-        names = "FROM dw.dimcompany a JOIN dw.dimcompany b ON a.name = b.name AND a.companyid <> b.companyid"
+        names = sql.SQL("FROM dw.dimcompany a JOIN dw.dimcompany b ON a.name = b.name AND a.companyid <> b.companyid")
 
         def distinct_names(v: dict[str, Any]) -> Check:
             if v["pairs"] == 0:
                 return Check("DimCompany distinct names", OK)
             shown = scan.db.strings(
-                f"SELECT DISTINCT format('%s: companyid %s and %s', a.name, least(a.companyid, b.companyid), "
-                f"greatest(a.companyid, b.companyid)) {names} ORDER BY 1 LIMIT {EXAMPLES}"
+                sql.SQL(
+                    "SELECT DISTINCT format('%s: companyid %s and %s', a.name, least(a.companyid, b.companyid), "
+                    "greatest(a.companyid, b.companyid)) {} ORDER BY 1 LIMIT {}"
+                ).format(names, sql.Literal(EXAMPLES))
             )
             detail = f"{v['pairs']} pair(s) of rows of different companies share a name, e.g. {'; '.join(shown)}"
             return Check("DimCompany distinct names", FAILED, detail)
 
-        scan.check("DimCompany distinct names", {"pairs": f"(SELECT count(*) {names})"}, distinct_names)
-        ident = "format('companyid=%s %s', v.companyid, {})"
+        pairs = sql.SQL("(SELECT count(*) {})").format(names)
+        scan.check("DimCompany distinct names", {"pairs": pairs}, distinct_names)
+        ident = sql.SQL("format('companyid=%s %s', v.companyid, {})")
         scan.rule(
             "DimCompany Industry",
             "ind.in_name IS NULL",
@@ -1267,15 +1380,15 @@ class _Audit:
         ratings = "AAA AA A BBB BB B CCC CC C D AA+ A+ BBB+ BB+ B+ CCC+ AA- A- BBB- BB- B- CCC-".split()
         scan.rule(
             "DimCompany SPrating",
-            f"v.sprating NOT IN ({_texts(ratings)}) AND v.sprating IS NOT NULL",
+            sql.SQL("v.sprating NOT IN ({}) AND v.sprating IS NOT NULL").format(_texts(ratings)),
             "with an SPRating that is no S&P rating",
-            ident.format("v.sprating"),
+            ident.format(sql.Identifier("v", "sprating")),
         )
         scan.rule(
             "DimCompany Country",
             "v.country NOT IN ('Canada', 'United States of America', '') AND v.country IS NOT NULL",
             "with a Country not in (Canada, United States of America, '')",
-            ident.format("v.country"),
+            ident.format(sql.Identifier("v", "country")),
         )
         self.add(*scan.run())
 
@@ -1300,20 +1413,20 @@ class _Audit:
                 continue
             scan.rule(
                 "Prospect SK_RecordDateID",
-                f"p.batchid = {b} AND rd.datevalue < {_date(window[0])}",
+                sql.SQL("p.batchid = {} AND rd.datevalue < {}").format(sql.Literal(b), _date(window[0])),
                 f"of batch {b} recorded before the batch's first day {window[0]}",
                 "format('agencyid=%s recorded %s', p.agencyid, rd.datevalue)",
                 b,
                 ["rd"],
             )
-        self.batches_check(scan, "Prospect batches", "p.batchid", self.batches)
+        self.batches_check(scan, "Prospect batches", self.batches)
         scan.rule(
             "Prospect Country",
             "p.country NOT IN ('Canada', 'United States of America') AND p.country IS NOT NULL",
             "with a Country not in (Canada, United States of America)",
-            f"format('agencyid=%s %s', p.agencyid, {self.value('country', 'p')})",
+            _format("agencyid=%s %s", "p.agencyid", self.value("country", "p")),
         )
-        plate = "p.marketingnameplate"
+        plate = sql.Identifier("p", "marketingnameplate")
         tag_rules = [
             ("HighValue", "(coalesce(p.networth, 0) > 1000000 OR coalesce(p.income, 0) > 200000)"),
             ("Expenses", "(coalesce(p.numberchildren, 0) > 3 OR coalesce(p.numbercreditcards, 0) > 5)"),
@@ -1326,9 +1439,16 @@ class _Audit:
             ("Spender", "(coalesce(p.numbercars, 0) > 3 OR coalesce(p.numbercreditcards, 0) > 7)"),
             ("Inherited", "(coalesce(p.age, 25) < 25 AND coalesce(p.networth, 0) > 1000000)"),
         ]
-        conditions = {f"without {tag}": f"{when} AND {plate} NOT LIKE '%{tag}%'" for tag, when in tag_rules}
-        conditions["not a combination of the tags"] = f"coalesce({plate}, '') NOT IN ({_texts(nameplates())})"
-        aggregates = {f"r{i}": f"count(*) FILTER (WHERE {c})" for i, c in enumerate(conditions.values())}
+        conditions = {
+            f"without {tag}": sql.SQL("{} AND {} NOT LIKE {}").format(sql.SQL(when), plate, sql.Literal(f"%{tag}%"))
+            for tag, when in tag_rules
+        }
+        conditions["not a combination of the tags"] = sql.SQL("coalesce({}, '') NOT IN ({})").format(
+            plate, _texts(nameplates())
+        )
+        aggregates: dict[str, Fragment] = {
+            f"r{i}": sql.SQL("count(*) FILTER (WHERE {})").format(c) for i, c in enumerate(conditions.values())
+        }
         aggregates["rows"] = "count(*)"
 
         def nameplate(v: dict[str, Any]) -> Check:
@@ -1342,7 +1462,10 @@ class _Audit:
             for (what, condition), n in zip(conditions.items(), counts, strict=True):
                 if n:
                     shown = scan.examples(
-                        f"format('agencyid=%s %s', p.agencyid, coalesce(quote_literal({plate}), 'NULL'))", condition
+                        _format(
+                            "agencyid=%s %s", "p.agencyid", sql.SQL("coalesce(quote_literal({}), 'NULL')").format(plate)
+                        ),
+                        condition,
                     )
                     parts.append(f"{_rows(n)} {what} (e.g. {'; '.join(shown)})")
             return Check(name, FAILED, f"{sum(counts)} violation(s): {', '.join(parts)}")
@@ -1352,7 +1475,7 @@ class _Audit:
 
     # -- FactWatches
     def watches(self) -> None:
-        placed = "dp.datevalue"
+        placed = sql.Identifier("dp", "datevalue")
         scan = _Scan(
             self.db,
             "factwatches",
@@ -1360,24 +1483,12 @@ class _Audit:
             [
                 Join("dp", "dimdate", "LEFT JOIN dw.dimdate dp ON dp.sk_dateid = w.sk_dateid_dateplaced"),
                 Join("dr", "dimdate", "LEFT JOIN dw.dimdate dr ON dr.sk_dateid = w.sk_dateid_dateremoved"),
-                Join(
-                    "cu",
-                    "dimcustomer",
-                    "LEFT JOIN dw.dimcustomer cu ON cu.sk_customerid = w.sk_customerid "
-                    f"AND cu.effectivedate <= {placed} AND {placed} <= cu.enddate",
-                    ("dp",),
-                ),
-                Join(
-                    "se",
-                    "dimsecurity",
-                    "LEFT JOIN dw.dimsecurity se ON se.sk_securityid = w.sk_securityid "
-                    f"AND se.effectivedate <= {placed} AND {placed} <= se.enddate",
-                    ("dp",),
-                ),
+                Join("cu", "dimcustomer", _version_join("dimcustomer", "cu", "sk_customerid", "w", placed), ("dp",)),
+                Join("se", "dimsecurity", _version_join("dimsecurity", "se", "sk_securityid", "w", placed), ("dp",)),
             ],
         )
         self.message_increase_vs_figure("FactWatches row count", "FactWatches", "WH_ACTIVE")
-        self.batches_check(scan, "FactWatches batches", "w.batchid", self.batches)
+        self.batches_check(scan, "FactWatches batches", self.batches)
         for b in self.batches:
             if "dimessages" not in self.db.tables:
                 self.add(Check("FactWatches active watches", FAILED, "table dw.dimessages does not exist", b))
@@ -1410,12 +1521,12 @@ class _Audit:
         self.window_rules(
             scan,
             "FactWatches date check",
-            lambda b, first, last: (
-                f"w.batchid = {b} AND ((w.sk_dateid_dateremoved IS NULL AND (dp.datevalue > {_date(last)} "
-                f"OR dp.datevalue < {_date(first)})) OR (w.sk_dateid_dateremoved IS NOT NULL AND "
-                f"(dr.datevalue > {_date(last)} OR dr.datevalue < {_date(first)} "
+            lambda b, first, last: sql.SQL(
+                "w.batchid = {b} AND ((w.sk_dateid_dateremoved IS NULL AND (dp.datevalue > {last} "
+                "OR dp.datevalue < {first})) OR (w.sk_dateid_dateremoved IS NOT NULL AND "
+                "(dr.datevalue > {last} OR dr.datevalue < {first} "
                 "OR w.sk_dateid_dateplaced > w.sk_dateid_dateremoved)))"
-            ),
+            ).format(b=sql.Literal(b), first=_date(first), last=_date(last)),
             "of the batch placed (removed, for removed watches) outside {window}, or removed before placed",
             "format('sk_customerid=%s sk_securityid=%s placed %s removed %s', w.sk_customerid, w.sk_securityid, "
             "dp.datevalue, coalesce(dr.datevalue::text, '-'))",
@@ -1425,7 +1536,7 @@ class _Audit:
 
     # -- DimTrade
     def trade(self) -> None:
-        created = "cd.datevalue"
+        created = sql.Identifier("cd", "datevalue")
         joins = [
             Join("cd", "dimdate", "LEFT JOIN dw.dimdate cd ON cd.sk_dateid = t.sk_createdateid"),
             Join("xd", "dimdate", "LEFT JOIN dw.dimdate xd ON xd.sk_dateid = t.sk_closedateid"),
@@ -1438,15 +1549,7 @@ class _Audit:
             ("ac", "dimaccount", "sk_accountid", "DimAccount"),
         ]
         for alias, table, sk, _ in dimensions:
-            joins.append(
-                Join(
-                    alias,
-                    table,
-                    f"LEFT JOIN dw.{table} {alias} ON {alias}.{sk} = t.{sk} "
-                    f"AND {alias}.effectivedate <= {created} AND {created} <= {alias}.enddate",
-                    ("cd",),
-                )
-            )
+            joins.append(Join(alias, table, _version_join(table, alias, sk, "t", created), ("cd",)))
         scan = _Scan(self.db, "dimtrade", "t", joins)
         for b in self.batches:
             self.add(
@@ -1462,7 +1565,7 @@ class _Audit:
         )
         commission = [Term(1, "DimTrade", "T_InvalidCommision")]
         charge = [Term(1, "DimTrade", "T_InvalidCharge")]
-        self.batches_check(scan, "DimTrade batches", "t.batchid", self.batches)
+        self.batches_check(scan, "DimTrade batches", self.batches)
 
         def distinct(v: dict[str, Any]) -> Check:
             if v["keys"] == v["rows"]:
@@ -1481,14 +1584,14 @@ class _Audit:
                 ident,
             )
 
-        def date_check(b: int, first: dt.date, last: dt.date) -> str:
+        def date_check(b: int, first: dt.date, last: dt.date) -> sql.Composable:
             first1 = (self.figures.window(1) or (None, None))[0]
-            return (
-                f"t.batchid = {b} AND ((t.sk_closedateid IS NULL AND (cd.datevalue > {_date(last)} OR cd.datevalue < "
-                f"CASE WHEN t.type LIKE 'Limit%' THEN {_date(first1)} ELSE {_date(first)} END)) OR "
-                f"(t.sk_closedateid IS NOT NULL AND (xd.datevalue > {_date(last)} OR xd.datevalue < {_date(first)} "
+            return sql.SQL(
+                "t.batchid = {b} AND ((t.sk_closedateid IS NULL AND (cd.datevalue > {last} OR cd.datevalue < "
+                "CASE WHEN t.type LIKE 'Limit%' THEN {first1} ELSE {first} END)) OR "
+                "(t.sk_closedateid IS NOT NULL AND (xd.datevalue > {last} OR xd.datevalue < {first} "
                 "OR t.sk_closedateid < t.sk_createdateid)))"
-            )
+            ).format(b=sql.Literal(b), first1=_date(first1), first=_date(first), last=_date(last))
 
         self.window_rules(
             scan,
@@ -1503,14 +1606,14 @@ class _Audit:
         statuses = ("Canceled", "Pending", "Submitted", "Active", "Completed")
         scan.rule(
             "DimTrade Status",
-            f"t.status NOT IN ({_texts(statuses)})",
+            sql.SQL("t.status NOT IN ({})").format(_texts(statuses)),
             f"with a Status not in ({', '.join(statuses)})",
             "format('tradeid=%s %s', t.tradeid, t.status)",
         )
         types = ("Market Buy", "Market Sell", "Stop Loss", "Limit Sell", "Limit Buy")
         scan.rule(
             "DimTrade Type",
-            f"t.type NOT IN ({_texts(types)})",
+            sql.SQL("t.type NOT IN ({})").format(_texts(types)),
             f"with a Type not in ({', '.join(types)})",
             "format('tradeid=%s %s', t.tradeid, t.type)",
         )
@@ -1536,7 +1639,7 @@ class _Audit:
                 if value is None
                 else _compare("Financial row count", value, "==", self.expected(terms), "'Row count' of batch 1")
             )
-        ident = "format('sk_companyid=%s %s Q%s', f.sk_companyid, f.fi_year, f.fi_qtr)"
+        ident = sql.SQL("format('sk_companyid=%s %s Q%s', f.sk_companyid, f.fi_year, f.fi_qtr)")
         scan.rule("Financial SK_CompanyID", "co.sk_companyid IS NULL", "without a DimCompany row", ident, joins=["co"])
         window = self.figures.window(1)
         if window is None:
@@ -1545,26 +1648,28 @@ class _Audit:
             first, last = window[0].year, window[1].year
             scan.rule(
                 "Financial FI_YEAR",
-                f"f.fi_year < {first} OR f.fi_year > {last}",
+                sql.SQL("f.fi_year < {} OR f.fi_year > {}").format(sql.Literal(first), sql.Literal(last)),
                 f"with an FI_YEAR outside Batch1's years {first}-{last}",
                 ident,
             )
         scan.rule("Financial FI_QTR", "f.fi_qtr NOT IN (1, 2, 3, 4)", "with an FI_QTR not in (1, 2, 3, 4)", ident)
-        start = "f.fi_qtr_start_date"
         scan.rule(
             "Financial FI_QTR_START_DATE",
-            f"f.fi_year <> extract(year FROM {start}) OR extract(month FROM {start}) <> (f.fi_qtr - 1) * 3 + 1 "
-            f"OR extract(day FROM {start}) <> 1",
+            "f.fi_year <> extract(year FROM f.fi_qtr_start_date) "
+            "OR extract(month FROM f.fi_qtr_start_date) <> (f.fi_qtr - 1) * 3 + 1 "
+            "OR extract(day FROM f.fi_qtr_start_date) <> 1",
             "whose FI_QTR_START_DATE is not the first day of their quarter",
-            f"format('%s starts %s', {ident}, {start})",
+            _format("%s starts %s", ident, "f.fi_qtr_start_date"),
         )
 
-        def off(numerator: str, denominator: str, reported: str) -> str:
-            return f"round(f.{numerator} / nullif(f.{denominator}, 0), 2) - f.{reported} NOT BETWEEN -0.4 AND 0.4"
+        def off(numerator: str, denominator: str, reported: str) -> sql.Composable:
+            return sql.SQL("round({} / nullif({}, 0), 2) - {} NOT BETWEEN -0.4 AND 0.4").format(
+                sql.Identifier("f", numerator), sql.Identifier("f", denominator), sql.Identifier("f", reported)
+            )
 
         scan.rule(
             "Financial EPS",
-            " OR ".join(
+            sql.SQL(" OR ").join(
                 (
                     off("fi_net_earn", "fi_out_basic", "fi_basic_eps"),
                     off("fi_net_earn", "fi_out_dilut", "fi_dilut_eps"),
@@ -1572,13 +1677,13 @@ class _Audit:
                 )
             ),
             "whose EPS, diluted EPS or margin is more than 0.4 off the computed ratio",
-            f"format('%s eps %s dilut %s margin %s', {ident}, f.fi_basic_eps, f.fi_dilut_eps, f.fi_margin)",
+            _format("%s eps %s dilut %s margin %s", ident, "f.fi_basic_eps", "f.fi_dilut_eps", "f.fi_margin"),
         )
         self.add(*scan.run())
 
     # -- FactMarketHistory
     def market_history(self) -> None:
-        day = "d.datevalue"
+        day = sql.Identifier("d", "datevalue")
         scan = _Scan(
             self.db,
             "factmarkethistory",
@@ -1586,13 +1691,7 @@ class _Audit:
             [
                 Join("d", "dimdate", "LEFT JOIN dw.dimdate d ON d.sk_dateid = m.sk_dateid"),
                 *(
-                    Join(
-                        alias,
-                        table,
-                        f"LEFT JOIN dw.{table} {alias} ON {alias}.{sk} = m.{sk} "
-                        f"AND {alias}.effectivedate <= {day} AND {day} <= {alias}.enddate",
-                        ("d",),
-                    )
+                    Join(alias, table, _version_join(table, alias, sk, "m", day), ("d",))
                     for alias, table, sk in (
                         ("co", "dimcompany", "sk_companyid"),
                         ("se", "dimsecurity", "sk_securityid"),
@@ -1601,7 +1700,7 @@ class _Audit:
             ],
         )
         self.message_increase_vs_figure("FactMarketHistory row count", "FactMarketHistory", "DM_RECORDS")
-        self.batches_check(scan, "FactMarketHistory batches", "m.batchid", self.batches)
+        self.batches_check(scan, "FactMarketHistory batches", self.batches)
         ident = "format('sk_securityid=%s on %s', m.sk_securityid, d.datevalue)"
         self.foreign_key(
             scan,
@@ -1627,7 +1726,9 @@ class _Audit:
             low, high = window[0] - dt.timedelta(days=1), window[1]
             scan.rule(
                 "FactMarketHistory SK_DateID",
-                f"m.batchid = {b} AND (d.datevalue < {_date(low)} OR d.datevalue >= {_date(high)})",
+                sql.SQL("m.batchid = {} AND (d.datevalue < {} OR d.datevalue >= {})").format(
+                    sql.Literal(b), _date(low), _date(high)
+                ),
                 f"of batch {b} dated outside [{low}, {high}) (the script's window: FirstDay - 1 day to LastDay)",
                 ident,
                 b,
@@ -1645,7 +1746,7 @@ class _Audit:
 
     # -- FactHoldings
     def holdings(self) -> None:
-        day = "d.datevalue"
+        day = sql.Identifier("d", "datevalue")
         dimensions = [
             ("cu", "dimcustomer", "sk_customerid", "DimCustomer"),
             ("ac", "dimaccount", "sk_accountid", "DimAccount"),
@@ -1656,7 +1757,7 @@ class _Audit:
         for alias, table, sk, _ in dimensions:
             # The script only asks the version to be effective by the holding's day: the dimension may have
             # changed between the trade's creation and its completion.
-            clause = f"LEFT JOIN dw.{table} {alias} ON {alias}.{sk} = h.{sk} AND {alias}.effectivedate <= {day}"
+            clause = _version_join(table, alias, sk, "h", day, valid_until=False)
             joins.append(Join(alias, table, clause, ("d",)))
         joins.append(
             Join(
@@ -1668,7 +1769,7 @@ class _Audit:
         )
         scan = _Scan(self.db, "factholdings", "h", joins)
         self.message_increase_vs_figure("FactHoldings row count", "FactHoldings", "HH_RECORDS")
-        self.batches_check(scan, "FactHoldings batches", "h.batchid", self.batches)
+        self.batches_check(scan, "FactHoldings batches", self.batches)
         ident = "format('currenttradeid=%s on %s', h.currenttradeid, d.datevalue)"
         for alias, _, sk, label in dimensions:
             self.foreign_key(
@@ -1689,7 +1790,9 @@ class _Audit:
         self.window_rules(
             scan,
             "FactHoldings SK_DateID",
-            lambda b, first, last: f"h.batchid = {b} AND (d.datevalue < {_date(first)} OR d.datevalue > {_date(last)})",
+            lambda b, first, last: sql.SQL("h.batchid = {} AND (d.datevalue < {} OR d.datevalue > {})").format(
+                sql.Literal(b), _date(first), _date(last)
+            ),
             "of the batch dated outside {window}",
             ident,
             ["d"],
@@ -1698,20 +1801,16 @@ class _Audit:
 
     # -- FactCashBalances
     def cash_balances(self) -> None:
-        day = "d.datevalue"
+        day = sql.Identifier("d", "datevalue")
         joins = [Join("d", "dimdate", "LEFT JOIN dw.dimdate d ON d.sk_dateid = f.sk_dateid")]
         dimensions = [
             ("cu", "dimcustomer", "sk_customerid", "DimCustomer"),
             ("ac", "dimaccount", "sk_accountid", "DimAccount"),
         ]
         for alias, table, sk, _ in dimensions:
-            clause = (
-                f"LEFT JOIN dw.{table} {alias} ON {alias}.{sk} = f.{sk} "
-                f"AND {alias}.effectivedate <= {day} AND {day} <= {alias}.enddate"
-            )
-            joins.append(Join(alias, table, clause, ("d",)))
+            joins.append(Join(alias, table, _version_join(table, alias, sk, "f", day), ("d",)))
         scan = _Scan(self.db, "factcashbalances", "f", joins)
-        self.batches_check(scan, "FactCashBalances batches", "f.batchid", self.batches)
+        self.batches_check(scan, "FactCashBalances batches", self.batches)
         ident = "format('sk_customerid=%s on %s', f.sk_customerid, d.datevalue)"
         for alias, _, sk, label in dimensions:
             self.foreign_key(
@@ -1725,7 +1824,9 @@ class _Audit:
         self.window_rules(
             scan,
             "FactCashBalances SK_DateID",
-            lambda b, first, last: f"f.batchid = {b} AND (d.datevalue < {_date(first)} OR d.datevalue > {_date(last)})",
+            lambda b, first, last: sql.SQL("f.batchid = {} AND (d.datevalue < {} OR d.datevalue > {})").format(
+                sql.Literal(b), _date(first), _date(last)
+            ),
             "of the batch dated outside {window}",
             ident,
             ["d"],
@@ -1815,11 +1916,6 @@ class _Audit:
 def _official_sk(column: str) -> str:
     """The script's spelling of a surrogate key column: sk_customerid -> SK_CustomerID."""
     return "SK_" + column.removeprefix("sk_").capitalize().replace("id", "ID")
-
-
-def _texts(values: Iterable[str]) -> str:
-    """SQL string literals, comma separated (values are constants of this module)."""
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
 def nameplates() -> list[str]:
