@@ -20,6 +20,7 @@ forks afterwards: start helper processes with `spawn` or `subprocess`.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import operator
 import threading
@@ -60,6 +61,7 @@ METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
 FRAMES_KEPT = 64  # snapshot DataFrames `Lake.read` keeps for reuse
 FIRST_COMMIT = "00000000000000000000.json"  # a Delta log's first commit file
+LAST_CHECKPOINT = "_last_checkpoint"  # names a Delta log's newest checkpoint
 
 
 @dataclass(frozen=True)
@@ -107,11 +109,12 @@ class Lake:
 
     def exists(self, table: Table) -> bool:
         """Whether the table has a Delta log. Its first commit file answers (a commit file is written whole, at
-        once); delta-rs is asked only without one (a log cleaned up behind a checkpoint). `DeltaTable.is_deltatable`
-        lists the log holding the GIL: ~0.5 s of GIL per micro-batch at SF 6 after 80 micro-batches (py-spy), though
-        no change in the micro-batch's wall time was measurable on this 2-core machine."""
+        once), or its last checkpoint when `maintain` cleaned the first commit up; delta-rs is asked only without
+        either. `DeltaTable.is_deltatable` lists the log holding the GIL: ~0.5 s of GIL per micro-batch at SF 6
+        after 80 micro-batches (py-spy), though no change in the micro-batch's wall time was measurable on this
+        2-core machine."""
         log_dir = self.path(table) / "_delta_log"
-        if (log_dir / FIRST_COMMIT).is_file():
+        if (log_dir / FIRST_COMMIT).is_file() or (log_dir / LAST_CHECKPOINT).is_file():
             return True
         return log_dir.is_dir() and DeltaTable.is_deltatable(str(self.path(table)))
 
@@ -549,6 +552,43 @@ class Lake:
         log.info("compacted %s: %s small files into %s", name, metrics["numFilesRemoved"], metrics["numFilesAdded"])
         return int(metrics["numFilesRemoved"])
 
+    def maintain(self, checkpoint_every: int, retention_hours: int) -> dict[str, int]:
+        """Keep a long-running lake small and quick to open: for every table whose version is `checkpoint_every`
+        or more commits past its last checkpoint, write a checkpoint (a reader then opens the table from it instead
+        of replaying every commit file), remove log files older than the table's log retention (30 days), and
+        vacuum: delete the data files the table stopped using (replaced by compaction or a MERGE) more than
+        `retention_hours` ago. Returns the data files deleted per table maintained (qualified name).
+
+        The caller runs this only when nothing is pending in the batch log: every commit has then been read by what
+        reads it afterwards (the transform's change feeds of its own micro-batch, the migration's feed up to the
+        last migrated version), so no reader needs a removed file; older snapshots (time travel) are given up
+        beyond the retention. Like compaction it changes no rows, carries no app transaction, and runs under the
+        table's commit lock; a table that cannot be maintained is logged and skipped. `checkpoint_every` 0 does
+        nothing."""
+        done: dict[str, int] = {}
+        if checkpoint_every <= 0:
+            return done
+        for log_dir in sorted(self.root.glob("*/*/_delta_log")):
+            path = log_dir.parent
+            name = f"{path.parent.name}.{path.name}"
+            try:
+                if self._delta_at(path).version() - _last_checkpoint(log_dir) < checkpoint_every:
+                    continue
+                with self.lock(name):
+                    delta = self._delta_at(path)
+                    delta.create_checkpoint()
+                    delta.cleanup_metadata()
+                    removed = delta.vacuum(retention_hours, dry_run=False, enforce_retention_duration=False)
+                    fault_point("lake.after_maintain")
+            except Exception:  # noqa: BLE001 - one table that cannot be maintained must not stop the others
+                log.exception("could not maintain %s at %s; the next call tries again", name, path)
+                continue
+            log.info(
+                "maintained %s: checkpoint at v%s, %d unused data files deleted", name, delta.version(), len(removed)
+            )
+            done[name] = len(removed)
+        return done
+
     def to_arrow(self, table: Table, df: DataFrame | pa.Table) -> pa.Table:
         """Rows of `df` as an Arrow table with exactly the declared schema, in the declared order."""
         if isinstance(df, DataFrame):
@@ -632,6 +672,14 @@ def _no_space(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return "No space left on device" in text or "os error 28" in text
+
+
+def _last_checkpoint(log_dir: Path) -> int:
+    """The version of the table's last checkpoint (its `_last_checkpoint` file), -1 when it has none."""
+    try:
+        return int(json.loads((log_dir / LAST_CHECKPOINT).read_text())["version"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return -1
 
 
 def _small_files(delta: DeltaTable) -> int:

@@ -391,7 +391,23 @@ def process_batches(
                 raise BatchHalted(
                     halted_message(batch_id, stage, str(detail["halted"]))
                 )  # not in the log: say so anyway
-        return {"steps": steps}
+        result = {"steps": steps}
+    if last_stage == STAGES[-1]:
+        result["maintained"] = _maintain(ctx)
+    return result
+
+
+def _maintain(ctx) -> dict[str, int]:
+    """`pipeline.maintain_job` after a run that went up to the last stage; skipped while another runner holds the
+    lake (it maintains at its own end)."""
+    from streamdi.locks import LakeBusy
+    from streamdi.pipeline import maintain_job
+
+    try:
+        return maintain_job(ctx)
+    except LakeBusy as exc:
+        log.info("maintenance skipped: %s", exc)
+        return {}
 
 
 def transform_step(

@@ -163,6 +163,16 @@ def compact_job(ctx: JobContext) -> dict[str, int]:
     return ctx.lake.compact(ctx.settings.compact_small_files)
 
 
+@_leased
+def maintain_job(ctx: JobContext) -> dict[str, int]:
+    """Checkpoint, clean up and vacuum the tables that are `checkpoint_every` commits past their last checkpoint
+    (`Lake.maintain`), so a long-running lake stays small and quick to open. Only when nothing is pending in the
+    batch log (no reader still needs an older file); returns the data files deleted per table maintained."""
+    if BatchLog(ctx.lake).pending():
+        return {}
+    return ctx.lake.maintain(ctx.settings.checkpoint_every, ctx.settings.vacuum_retention_hours)
+
+
 def migrate_job(ctx: JobContext, batch_id: int) -> dict:
     """Push mode: make the batch visible in PostgreSQL (with any earlier batch not yet visible) in one
     transaction. When a pull or `streamdi migrate` already made it visible this costs one query, and the stage
@@ -197,6 +207,7 @@ class RunReport:
     collected: CollectResult
     steps: list[StepResult] = field(default_factory=list)
     halted: list[Halt] = field(default_factory=list)  # halted stages that stop the run (nothing after them ran)
+    maintained: dict[str, int] = field(default_factory=dict)  # tables maintained at the end (`maintain_job`)
 
     @property
     def nothing_to_do(self) -> bool:
@@ -255,4 +266,6 @@ def _run_pending(ctx, on_collect, on_plan, on_step, upto, stop_before_batch, hol
         if detail.get("halted"):
             break  # the stage halted its batch: nothing after it may run
     report.halted = batch_log.halted()
+    if last == len(STAGES) - 1 and not report.halted:
+        report.maintained = maintain_job(ctx)
     return report

@@ -139,6 +139,18 @@ class Settings(BaseSettings):
         description="Directories (separated by ':') the Airflow DAGs may load a data set from (their `data_dir`), "
         "besides <home>/data where the demo data sets are generated; any other path is refused.",
     )
+    checkpoint_every: int = Field(
+        default=100,
+        ge=0,
+        description="Maintain a Delta table once it is this many commits past its last checkpoint (0: never): write a "
+        "checkpoint, drop log files past the log retention, vacuum. Runs when nothing is pending in the batch log.",
+    )
+    vacuum_retention_hours: int = Field(
+        default=168,
+        ge=0,
+        description="Vacuum deletes the data files a table stopped using more than this many hours ago (Delta's "
+        "default: 7 days); older snapshots can no longer be read.",
+    )
     compact_small_files: int = Field(
         default=16,
         ge=0,
@@ -209,6 +221,8 @@ class Settings(BaseSettings):
             "STREAMDI_PG_DATABASE": self.pg_database,
             "STREAMDI_DATA_ROOTS": os.pathsep.join(map(str, self.data_root_dirs)),
             "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
+            "STREAMDI_CHECKPOINT_EVERY": str(self.checkpoint_every),
+            "STREAMDI_VACUUM_RETENTION_HOURS": str(self.vacuum_retention_hours),
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
             "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",

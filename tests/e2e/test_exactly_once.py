@@ -93,3 +93,38 @@ def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(dat
     assert got["postgres"] == expected["postgres"]
     for table, rows in expected["delta"].items():
         assert got["delta"][table] == rows, f"{table} differs after a Spark Connect client's crash and a rerun"
+
+
+def test_maintenance_between_batches_leaves_the_warehouse_of_a_run_without_it(data, reference, tmp_path):
+    """Every table is checkpointed and vacuumed (retention 0) whenever a load ends with nothing pending, and
+    compacted every 2 small files: the next batch still reads what it needs (change feeds, snapshots, history), the
+    migration still finds its versions, and the end state equals the reference run, which never maintained."""
+    import os
+    import subprocess
+
+    from cli_runs import STREAMDI, env_for
+    from deltalake import DeltaTable
+
+    expected, _, _ = reference
+    home = tmp_path / "home"
+    env = {**env_for(home, compact="2"), "STREAMDI_CHECKPOINT_EVERY": "1", "STREAMDI_VACUUM_RETENTION_HOURS": "0"}
+    for batch in (1, 2):
+        done = subprocess.run(
+            [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr
+    assert snapshot(home) == expected
+    tables = sorted((home / "lake").glob("*/*/_delta_log"))
+    assert len(tables) > 20
+    for log_dir in tables:
+        assert (log_dir / "_last_checkpoint").is_file(), log_dir
+        on_disk = {
+            str(p.relative_to(log_dir.parent)) for p in log_dir.parent.rglob("*.parquet") if "_delta_log" not in p.parts
+        }
+        live = set(DeltaTable(str(log_dir.parent)).file_uris())
+        live = {os.path.relpath(uri.removeprefix("file://"), log_dir.parent) for uri in live}
+        assert on_disk <= live | {p for p in on_disk if p.startswith("_change_data")}, log_dir  # vacuumed

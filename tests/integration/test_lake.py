@@ -624,6 +624,43 @@ COMPACT_IN_CHILD = (
 
 
 @pytest.mark.faults
+def parquet_on_disk(lake: Lake, table: Table) -> int:
+    return sum(1 for _ in lake.path(table).glob("*.parquet"))
+
+
+def test_maintain_checkpoints_and_vacuums_tables_far_enough_past_their_last_checkpoint(tmp_path):
+    """`maintain`: a table 5+ commits past its last checkpoint gets a checkpoint and loses the data files compaction
+    replaced (retention 0); rows, app transactions and the newest change feed stay; a table with fewer commits is
+    left alone; the table still opens (and `exists`) without its first commit file."""
+    lake = Lake(tmp_path)
+    table, young = lake_table("maintained"), lake_table("young")
+    for batch in range(1, 7):
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+    lake.append(young, arrow_rows(young, [row(1)]), app_id="stage/x", version=1)
+    assert lake.compact(3) == {"warehouse.maintained": 6}
+    lake.upsert(table, arrow_rows(table, [row(2, name="new")]), app_id="T0/x", version=7)
+    rows = lake.read_arrow(table).to_pylist()
+    assert parquet_on_disk(lake, table) == 6 + 1 + 1  # the compacted six, their replacement, the MERGE's rewrite
+    newest = lake.version(table)
+    change = lake.changes(table, newest, newest).to_pylist()
+
+    assert lake.maintain(checkpoint_every=5, retention_hours=0) == {"warehouse.maintained": 7}
+
+    log_dir = lake.path(table) / "_delta_log"
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] >= newest
+    assert parquet_on_disk(lake, table) == 1  # only the file of the current snapshot
+    assert lake.read_arrow(table).to_pylist() == rows
+    assert lake.committed_version(table, "stage/x") == 6 and lake.committed_version(table, "T0/x") == 7
+    assert lake.changes(table, newest, newest).to_pylist() == change
+    assert parquet_on_disk(lake, young) == 1 and not (lake.path(young) / "_delta_log" / "_last_checkpoint").exists()
+    assert lake.maintain(checkpoint_every=5, retention_hours=0) == {}  # nothing new since the checkpoint
+    assert lake.maintain(checkpoint_every=0, retention_hours=0) == {}  # 0 turns maintenance off
+
+    (log_dir / "00000000000000000000.json").unlink()  # as the log cleanup does past the log retention
+    assert Lake(tmp_path).exists(table)
+    assert Lake(tmp_path).read_arrow(table).to_pylist() == rows
+
+
 def test_crash_after_compaction_keeps_the_rows_and_the_rerun_finds_nothing_to_do(tmp_path):
     lake = Lake(tmp_path)
     table = lake_table("crash_compact")
