@@ -566,9 +566,8 @@ def query(
         bool, typer.Option("--fresh", help="Pull mode: migrate everything pending (one transaction), then query.")
     ] = False,
 ) -> None:
-    import psycopg
-
     from streamdi.context import open_context
+    from streamdi.errors import QueryFailed
     from streamdi.migrator import mark_migrated, migrate_pending
     from streamdi.pipeline import _now
     from streamdi.queries import resolve
@@ -580,13 +579,10 @@ def query(
     pulled = migrate_pending(ctx.lake, ctx.warehouse, mode="pull") if fresh else None
     try:
         result = ctx.warehouse.read_snapshot(statement, timeout=settings.query_timeout)
-    except (psycopg.Error, RuntimeError) as exc:
+    except RuntimeError as exc:  # QueryFailed, WarehouseUnavailable, a role not created yet
         logging.getLogger(__name__).info("the query failed", exc_info=True)  # the traceback with --verbose
         message = " ".join(str(exc).split()) or type(exc).__name__
-        if (
-            isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName)
-            or "does not exist yet" in message
-        ):
+        if (isinstance(exc, QueryFailed) and exc.missing_relation) or "does not exist yet" in message:
             message += " (has anything been loaded yet? `streamdi load` creates the warehouse)"
         err.print(f"query failed: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

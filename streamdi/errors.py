@@ -17,3 +17,12 @@ class LakeDiskFull(OSError):
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()
+
+
+class QueryFailed(RuntimeError):
+    """A user's query failed in PostgreSQL (bad SQL, a missing table, a cancelled statement); the message is
+    PostgreSQL's. `missing_relation` when it names a table or schema that does not exist."""
+
+    def __init__(self, message: str, *, missing_relation: bool = False) -> None:
+        super().__init__(message)
+        self.missing_relation = missing_relation

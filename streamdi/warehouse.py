@@ -46,7 +46,7 @@ from psycopg.copy import QueuedLibpqWriter
 from schemas.model import Table, decimal_precision
 from schemas.quality import QUALITY_TABLES
 from streamdi import embedded_pg
-from streamdi.errors import WarehouseUnavailable
+from streamdi.errors import QueryFailed, WarehouseUnavailable
 from streamdi.faults import fault_point
 from streamdi.settings import Settings
 
@@ -597,7 +597,8 @@ class Warehouse:
 
         One statement only: it is sent with the extended protocol (prepared), which refuses a string of several
         (`COMMIT; DELETE ...` cannot end the read-only transaction and go on). The transaction is READ ONLY, and
-        with `timeout` (seconds, 0: none) PostgreSQL cancels the statement after that long."""
+        with `timeout` (seconds, 0: none) PostgreSQL cancels the statement after that long. A statement that fails
+        raises QueryFailed with PostgreSQL's message."""
         with self.connect("reader") as conn:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             conn.read_only = True
@@ -611,10 +612,14 @@ class Warehouse:
                 ).format(metrics=_METRICS)
             ).fetchone()
             started = time.perf_counter()
-            with conn.cursor() as cur:
-                cur.execute(statement, params, prepare=True)
-                columns = [d.name for d in cur.description] if cur.description else []
-                rows = cur.fetchall() if cur.description else []
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(statement, params, prepare=True)
+                    columns = [d.name for d in cur.description] if cur.description else []
+                    rows = cur.fetchall() if cur.description else []
+            except psycopg.Error as exc:
+                missing = isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName)
+                raise QueryFailed(" ".join(str(exc).split()) or type(exc).__name__, missing_relation=missing) from exc
             seconds = time.perf_counter() - started
         batch_id, arrived_at, staleness = newest
         return Snapshot(
