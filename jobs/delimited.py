@@ -3,8 +3,8 @@
 A delimited file is already split into numbered lines in the driver (`jobs.stage.numbered_lines`); the fields
 are split here and typed by `jobs.fields`, column by column, without a round trip through the JVM (measured on
 SF 3's Batch1: see `bench/README.md`). A line is bad when it is empty, has the wrong number of fields, has a
-value that is not of its declared type, or leaves a required field empty; its `reason` then names every
-problem, in column order.
+value that is not of its declared type, leaves a required field empty, or has an action code outside its set
+(`ACTION_CODES`); its `reason` then names every problem, in column order.
 """
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ import pyarrow.compute as pc
 
 from jobs import fields
 from schemas.model import SourceFile
+
+# Codes that say how a line is applied (TPC-DI 2.2.2): CDC_FLAG of every incremental file (I insert, U update) and
+# W_ACTION of WatchHistory (ACTV adds a watch, CNCL removes it). A line with another code cannot be applied (the
+# watch transform would take any other action for a removal), so it is rejected like a value that is not of its
+# type. Other coded values are checked by the staging suites (`expectations/staging/`).
+ACTION_CODES: dict[str, tuple[str, ...]] = {"cdc_flag": ("I", "U"), "w_action": ("ACTV", "CNCL")}
 
 
 def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
@@ -35,7 +41,12 @@ def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
     values = {}
     for i, col in enumerate(source.columns):
         raw = pc.list_element(split, i)
-        values[col.name] = fields.type_column(problems, raw, pc.not_equal(raw, ""), col)
+        present = pc.not_equal(raw, "")
+        values[col.name] = fields.type_column(problems, raw, present, col)
+        codes = ACTION_CODES.get(col.name)
+        if codes is not None:
+            unknown = pc.and_(present, pc.invert(pc.is_in(raw, pa.array(codes, raw.type))))
+            problems.add(unknown, fields.join(f"{col.name}: '", raw, f"' is not one of {', '.join(codes)}"))
     wrong_width = fields.join(f"expected {expected} fields, found ", count.cast(pa.string()))
     return fields.checked_lines(lines, line, values, fields.line_reason(line, right_width, problems, wrong_width))
 

@@ -5,7 +5,13 @@ declared types. Delimited files are split into numbered lines and typed in the d
 (`jobs.delimited`; a round trip through Spark cost more than five times as long). A line that does not parse
 (wrong number of fields, a value that is not of its type, an empty required field) goes to `staging.rejects`
 with the file, the line number and the reason; nothing is dropped silently: for every file, lines read = lines
-staged + lines rejected.
+staged + lines rejected. The last line of a file that does not end with a line ending is rejected too: every source
+file ends its lines with one, so such a line may have been cut short (a truncated delivery).
+
+The stage reads each file as the collector registered it: a file that is no longer in the landing zone (renamed,
+moved or deleted after it was collected), or whose bytes are not the ones registered (another file put in its
+place), stops the stage with a `LandingFileError` that names it and says what to do; nothing of it is staged until
+it is back. An empty file (0 bytes) is staged as no lines, with a warning, and is never a duplicate of another one.
 
 The two sources that are not delimited (Batch1 only) follow the same rules (`jobs.fields` types every value):
 - FINWIRE files (`jobs.finwire`): every line is a CMP, SEC or FIN record (characters 16-18), cut into the fields
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import hashlib
 import itertools
 import logging
 from collections import deque
@@ -38,7 +45,7 @@ from typing import TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import audit_figures, customer_mgmt, delimited, finwire, ordering
+from jobs import audit_figures, customer_mgmt, delimited, fields, finwire, ordering
 from schemas import finwire as fw
 from schemas.model import SourceFile, Table
 from schemas.ordering import contract_for
@@ -49,6 +56,7 @@ from streamdi import quality
 from streamdi.batchlog import BatchFile
 from streamdi.collector import read_landed
 from streamdi.context import JobContext
+from streamdi.errors import LandingFileError
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
@@ -87,11 +95,18 @@ def nondelimited_source_for_file(file: str, source_batch: int = 1) -> str | None
     return None
 
 
+NO_LINE_ENDING = "the file ends inside this line, without a line ending: it may have been cut short (truncated)"
+
+
 def numbered_lines(path: str) -> tuple[pa.Table, pa.Table]:
     """`(lines, undecodable)` of a text file, split in Arrow's C++ kernels (any byte may occur inside a line):
     `line_no`, `line` of the lines that are valid UTF-8, and `line_no`, `line`, `reason` of the others, whose text
     shows each invalid byte as `\\xNN`. A line is never repaired: an undecodable one is a reject."""
-    data = read_landed(path)
+    return lines_of(read_landed(path))
+
+
+def lines_of(data: bytes) -> tuple[pa.Table, pa.Table]:
+    """`numbered_lines` of a file's bytes."""
     parts = pc.split_pattern(pa.array([data], pa.large_binary()), pattern=b"\n")[0].values
     if len(parts) and parts[-1].as_py() == b"":  # the newline that ends the last line opens no new line
         parts = parts.slice(0, len(parts) - 1)
@@ -237,7 +252,9 @@ def run(
     for bf in files:
         kind = nondelimited_source_for_file(bf.file, bf.source_batch)
         source = source_for_file(bf.file, bf.source_batch) if kind is None else None
-        if source is not None or kind is not None:
+        if (source is not None or kind is not None) and bf.size_bytes == 0:
+            log.warning("batch %s: %s is empty (0 bytes): nothing to stage", batch_id, bf.file)
+        elif source is not None or kind is not None:  # an empty file repeats nothing: it holds no lines
             first = seen.setdefault((bf.source_batch, bf.sha256), bf.file)
             if first != bf.file:
                 log.warning(
@@ -405,7 +422,7 @@ def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
 
 def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
     """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
-    lines, undecodable, read = _landing_lines(ctx, files)
+    lines, undecodable, read = _landing_lines(ctx, batch_id, files)
     parsed, bad = delimited.parse_delimited(lines, source)
     staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
     rejected = _concat(
@@ -414,16 +431,58 @@ def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list
     return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
 
 
-def _landing_lines(ctx: JobContext, files: list[BatchFile]) -> tuple[pa.Table, pa.Table, list[int]]:
+def _landing_lines(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> tuple[pa.Table, pa.Table, list[int]]:
     """Numbered lines of all `files` with `source_file` and `source_batch`: the valid UTF-8 ones, the others (with
-    their `reason`), and the line count of each file."""
+    their `reason`: not UTF-8, or the last line of a file that does not end with a line ending), and the line count
+    of each file."""
     parts, undecodable, read = [], [], []
     for bf in files:
-        lines, bad = numbered_lines(str(ctx.settings.landing_dir / bf.file))
+        data = read_registered(ctx, batch_id, bf)
+        lines, bad = lines_of(data)
+        if data and not data.endswith(b"\n"):
+            lines, bad = _cut_short(lines, bad)
         parts.append(_with_file(lines, bf))
         undecodable.append(_with_file(bad, bf))
         read.append(lines.num_rows + bad.num_rows)
     return pa.concat_tables(parts), pa.concat_tables(undecodable), read
+
+
+def read_registered(ctx: JobContext, batch_id: int, bf: BatchFile) -> bytes:
+    """The bytes of a file of micro-batch `batch_id`, as the collector registered them (its SHA-256); raises
+    `LandingFileError` when the file is gone or holds other bytes."""
+    try:
+        data = read_landed(ctx.settings.landing_dir / bf.file)
+    except FileNotFoundError:
+        raise LandingFileError(
+            f"{bf.file} of micro-batch {batch_id} is no longer in the landing zone: it was renamed, moved or deleted "
+            f"after it was collected. Put it back under this name and stage the micro-batch again, or skip it "
+            f"(streamdi batch skip {batch_id} --reason ...)"
+        ) from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != bf.sha256:
+        raise LandingFileError(
+            f"{bf.file} of micro-batch {batch_id} changed after it was collected (SHA-256 {bf.sha256[:12]}... when "
+            f"collected, {digest[:12]}... now): other bytes were written or renamed onto its name. Put the collected "
+            f"file back and stage the micro-batch again (deliver a correction under a new name), or skip it "
+            f"(streamdi batch skip {batch_id} --reason ...)"
+        )
+    return data
+
+
+def _cut_short(lines: pa.Table, undecodable: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """`lines`, `undecodable` of a file whose last line has no line ending, with that line rejected (`NO_LINE_ENDING`,
+    after its UTF-8 reason if it has one)."""
+    last = max(pc.max(lines["line_no"]).as_py() or 0, pc.max(undecodable["line_no"]).as_py() or 0)
+    in_lines = pc.equal(lines["line_no"], last)
+    cut = lines.filter(in_lines)
+    cut = cut.append_column("reason", pa.array([NO_LINE_ENDING] * cut.num_rows, pa.large_string()))
+    reason = pc.if_else(
+        pc.equal(undecodable["line_no"], last),
+        fields.join(undecodable["reason"], f"; {NO_LINE_ENDING}"),
+        undecodable["reason"],
+    )
+    undecodable = undecodable.set_column(undecodable.column_names.index("reason"), "reason", reason)
+    return lines.filter(pc.invert(in_lines)), pa.concat_tables([undecodable, cut.select(undecodable.column_names)])
 
 
 def _with_file(lines: pa.Table, bf: BatchFile) -> pa.Table:
@@ -459,7 +518,7 @@ def _reconcile(
 def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
     """Parse all FINWIRE `files` of a batch (`jobs.finwire`): ([(CMP/SEC/FIN staging table, staged rows)], rejected
     rows, per-file counts)."""
-    lines, undecodable, read = _landing_lines(ctx, files)
+    lines, undecodable, read = _landing_lines(ctx, batch_id, files)
     parsed, rejected = finwire.parse_finwire(lines)
     staged = {
         code: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
@@ -478,7 +537,7 @@ def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) 
     of XML counts as one rejected action)."""
     staged, rejected, read = [], [], []
     for bf in files:
-        raw = customer_mgmt.read_actions(str(ctx.settings.landing_dir / bf.file))
+        raw = customer_mgmt.raw_actions(read_registered(ctx, batch_id, bf))
         n = raw.num_rows
         raw = raw.add_column(1, "source_file", pa.array([bf.file] * n, pa.large_string())).add_column(
             2, "source_batch", pa.array([bf.source_batch] * n, pa.int32())

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from streamdi.airflow_cli import airflow_command
-from streamdi.errors import LakeDiskFull, WarehouseUnavailable
+from streamdi.errors import LakeDiskFull, LandingFileError, WarehouseUnavailable
 from streamdi.generator.cli import generate_app as _generate_app
 from streamdi.locks import LakeBusy, lake_lease
 from streamdi.settings import Settings, SettingsError, load_settings
@@ -894,7 +894,7 @@ def main() -> None:
     except (LakeBusy, SettingsError) as exc:  # another runner works on the lake, a refused setting: one line
         err.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         code = 2
-    except (WarehouseUnavailable, LakeDiskFull) as exc:  # PostgreSQL lost, a full disk: one line (traceback: -v)
+    except (WarehouseUnavailable, LakeDiskFull, LandingFileError) as exc:  # one line (the traceback with -v)
         logging.getLogger(__name__).info("the run failed", exc_info=True)
         err.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         code = 1

@@ -9,6 +9,8 @@ not collected again (deliver corrections under a new name). A registered file wh
 time are unchanged is not read again (a scheduled collect costs a directory listing). Only regular files inside
 the landing directory are collected and read (`read_landed`): a symbolic link (to a file or a directory) is skipped
 with a warning, so a link cannot bring a file from elsewhere on the machine into the warehouse or its rejects.
+A file that disappears while a pass reads it (renamed or removed between the listing and the read) is left out of
+that pass with a warning; under its new name in the landing zone it is collected by a later pass.
 
 The TPC-DI batch of a file comes from its path: a `BatchN` directory or a `batchN` mark in the file name
 (e.g. `Batch2/Trade.txt`, `Trade_batch2_0007.txt`). A file with no mark belongs to the TPC-DI batch that was
@@ -155,8 +157,25 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _sha256_if_there(path: Path) -> str | None:
+    """`_sha256`, or None for a file that is gone since it was listed."""
+    try:
+        return _sha256(path)
+    except FileNotFoundError:
+        return None
+
+
+def _vanished(relative: str) -> None:
+    log.warning(
+        "%s disappeared while it was being collected (renamed or removed during the scan); not registered: "
+        "under a new name in the landing zone it is collected by a later pass",
+        relative,
+    )
+
+
 def scan_landing(landing: Path, known: dict[str, BatchFile] | None = None) -> list[LandedFile]:
-    """Every collectable file under `landing`, in arrival order (mtime, then relative path).
+    """Every collectable file under `landing`, in arrival order (mtime, then relative path). A file that disappears
+    while it is listed or read is left out, with a warning.
 
     A file in `known` (the registered files) whose size and modification time are unchanged keeps its
     registered checksum instead of being read again, so a scheduled collect costs a directory listing, not a
@@ -169,8 +188,12 @@ def scan_landing(landing: Path, known: dict[str, BatchFile] | None = None) -> li
     for path in landing.rglob("*"):
         if not _is_candidate(path) or any(p.startswith((".", "_")) for p in path.relative_to(landing).parts[:-1]):
             continue
-        stat = path.stat()
         relative = path.relative_to(landing).as_posix()
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            _vanished(relative)
+            continue
         seen = known.get(relative)
         arrived_at = dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC)
         unchanged = seen is not None and seen.size_bytes == stat.st_size and seen.arrived_at == arrived_at
@@ -178,9 +201,12 @@ def scan_landing(landing: Path, known: dict[str, BatchFile] | None = None) -> li
     # the new and changed files are read in parallel (the channels' files are independent; hashing is I/O bound)
     to_read = [path for path, _, _, _, unchanged in listed if not unchanged]
     with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:
-        digests = dict(zip(to_read, pool.map(_sha256, to_read), strict=True))
+        digests = dict(zip(to_read, pool.map(_sha256_if_there, to_read), strict=True))
     found: list[tuple[LandedFile, bool]] = []
     for path, relative, stat, seen, unchanged in listed:
+        if not unchanged and digests[path] is None:
+            _vanished(relative)
+            continue
         mark = source_batch_of(relative)
         landed = LandedFile(
             file=relative,

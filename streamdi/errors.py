@@ -26,3 +26,8 @@ class QueryFailed(RuntimeError):
     def __init__(self, message: str, *, missing_relation: bool = False) -> None:
         super().__init__(message)
         self.missing_relation = missing_relation
+
+
+class LandingFileError(RuntimeError):
+    """A registered landing file the stage cannot read as it was collected (gone, or other bytes): the message names
+    it and says what to do."""
