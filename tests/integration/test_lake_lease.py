@@ -28,6 +28,14 @@ with lake_lease(sys.argv[1], "streamdi stream (test holder)"):
 """
 
 
+@pytest.fixture(autouse=True)
+def outside_airflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Airflow task context: `dag.test()` runs earlier in the session leave AIRFLOW_CTX_* in the environment, and
+    processes with the same DAG run there would share the lease (the tests below set it where they mean it)."""
+    for name in [n for n in os.environ if n.startswith("AIRFLOW_CTX_")]:
+        monkeypatch.delenv(name)
+
+
 @contextmanager
 def holder(root: Path, env: dict[str, str] | None = None):
     """A separate process that holds the lease of `root` until the block ends (then it is killed)."""
