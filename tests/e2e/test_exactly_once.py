@@ -95,28 +95,30 @@ def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(dat
         assert got["delta"][table] == rows, f"{table} differs after a Spark Connect client's crash and a rerun"
 
 
-def test_maintenance_between_batches_leaves_the_warehouse_of_a_run_without_it(data, reference, tmp_path):
-    """Every table is checkpointed and vacuumed (retention 0) whenever a load ends with nothing pending, and
-    compacted every 2 small files: the next batch still reads what it needs (change feeds, snapshots, history), the
-    migration still finds its versions, and the end state equals the reference run, which never maintained."""
+def test_maintenance_between_micro_batches_leaves_the_warehouse_of_a_run_without_it(data, reference, tmp_path):
+    """Batch2 dripped as 3 micro-batches after the reference's Batch1; every table is checkpointed and vacuumed
+    (retention 0) whenever a micro-batch ends with nothing pending, and compacted every 2 small files: the next
+    micro-batch still reads what it needs (change feeds, snapshots, history), the migration still finds its versions,
+    and the end state equals the reference run (Batch2 whole, never maintained)."""
     import os
     import subprocess
 
     from cli_runs import STREAMDI, env_for
     from deltalake import DeltaTable
 
-    expected, _, _ = reference
+    expected, _, after_batch1 = reference
     home = tmp_path / "home"
+    copy_home(after_batch1, home)
     env = {**env_for(home, compact="2"), "STREAMDI_CHECKPOINT_EVERY": "1", "STREAMDI_VACUUM_RETENTION_HOURS": "0"}
-    for batch in (1, 2):
-        done = subprocess.run(
-            [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert done.returncode == 0, done.stderr
+    done = subprocess.run(
+        [STREAMDI, "load", "--data", str(data), "--batch", "2", "--drip", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("drip ") == 3, done.stdout
     assert snapshot(home) == expected
     tables = sorted((home / "lake").glob("*/*/_delta_log"))
     assert len(tables) > 20
