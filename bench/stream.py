@@ -17,6 +17,11 @@ median and p99 of every stage and step, rows/s, the lag seen (largest, and at th
 of the feed: bounded when they are alike), and the ratio against ~6 s per dripped micro-batch before the service
 (a `streamdi load --drip` micro-batch, measured on official SF 3 Batch2). Writes every micro-batch's row to
 bench/out/stream.json.
+
+Resources (a soak when the feed is long): every 5 s the service's memory (resident, with its Spark JVM and other
+children), its open files and the lake's size on disk; printed for the first and the last tenth of the feed (flat
+when alike) and written to bench/out/stream_resources.json. Lake maintenance follows the environment
+(`STREAMDI_CHECKPOINT_EVERY`, `STREAMDI_VACUUM_RETENTION_HOURS`): e.g. 10 and 0 vacuum within a 30-minute run.
 """
 
 from __future__ import annotations
@@ -96,8 +101,27 @@ def main() -> None:
                     lags.append((time.perf_counter() - started, json.loads(status_path.read_text())["lag_seconds"]))
             time.sleep(0.5)
 
+    resources: list[dict] = []  # every 5 s: seconds since the feed began, memory, open files, lake bytes
+
+    def sample() -> None:
+        import psutil
+
+        process = psutil.Process(service.pid)
+        while not done.wait(5.0):
+            with contextlib.suppress(psutil.Error):
+                family = [process, *process.children(recursive=True)]
+                resources.append(
+                    {
+                        "t": round(time.perf_counter() - started, 1),
+                        "rss_mb": round(sum(p.memory_info().rss for p in family) / 2**20, 1),
+                        "open_files": sum(p.num_fds() for p in family),
+                        "lake_mb": round(_tree_bytes(home / "lake") / 2**20, 1),
+                    }
+                )
+
     started = time.perf_counter()
     threading.Thread(target=watch, daemon=True).start()
+    threading.Thread(target=sample, daemon=True).start()
     for n, batch in enumerate(range(2, args.batches + 1)):
         if args.period:
             time.sleep(max(0.0, started + n * args.period - time.perf_counter()))
@@ -197,6 +221,24 @@ def main() -> None:
         f"  lag: largest {max((lag for _, lag in lags), default=0):.1f} s; largest in the first tenth of the feed "
         f"{max(early, default=0):.1f} s, in the last tenth {max(late, default=0):.1f} s"
     )
+    (out / "stream_resources.json").write_text(json.dumps(resources, indent=1))
+    for name, unit in (("rss_mb", "MB resident (service, JVM)"), ("open_files", "open files"), ("lake_mb", "MB lake")):
+        first_tenth = [r[name] for r in resources if r["t"] <= tenth]
+        last_tenth = [r[name] for r in resources if fed - tenth <= r["t"] <= fed]
+        if first_tenth and last_tenth:
+            print(
+                f"  {unit}: first tenth of the feed {min(first_tenth):g}-{max(first_tenth):g}, last tenth "
+                f"{min(last_tenth):g}-{max(last_tenth):g}, largest {max(r[name] for r in resources):g}"
+            )
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(folder, name)).st_size
+    return total
 
 
 if __name__ == "__main__":
