@@ -140,7 +140,7 @@ class Airflow:
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(self.process.pid, signal.SIGKILL)
         for command in (["spark", "stop"], ["db", "stop"]):
-            cli = [sys.executable, "-m", "streamdi.cli", *command]
+            cli = [sys.executable, "-m", "streamdi.run.cli", *command]
             subprocess.run(cli, cwd=code, env=self.env, capture_output=True, timeout=120)
 
 
@@ -245,7 +245,7 @@ def first_result(runs: Annotated[int, typer.Option(help="Processes per configura
     home = Path(tempfile.mkdtemp(prefix="streamdi-bench-first-"))
     env = {k: v for k, v in os.environ.items() if k != "STREAMDI_SPARK_REMOTE"}
     env["STREAMDI_HOME"] = str(home)
-    streamdi = [sys.executable, "-m", "streamdi.cli"]
+    streamdi = [sys.executable, "-m", "streamdi.run.cli"]
     try:
         subprocess.run([*streamdi, "spark", "stop"], env=env, capture_output=True)
         for remote in ("off", "embedded"):

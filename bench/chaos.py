@@ -87,8 +87,8 @@ from streamdi.delivery import root_audits  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
+from streamdi.run.stream import waiting_files  # noqa: E402
 from streamdi.settings import Settings  # noqa: E402
-from streamdi.stream import waiting_files  # noqa: E402
 from streamdi.warehouse import open_warehouse, sql  # noqa: E402  (sql: psycopg's, as streamdi.warehouse has it)
 
 OUT = REPO / "bench" / "out"

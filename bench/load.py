@@ -34,7 +34,7 @@ from schemas import sources as src
 from streamdi.context import JobContext
 from streamdi.delivery import deliver_batch, drip_batch
 from streamdi.generator import Params, generate
-from streamdi.pipeline import collect_job, compact_job, migrate_job, stage_job
+from streamdi.run.pipeline import collect_job, compact_job, migrate_job, stage_job
 from streamdi.settings import Settings
 
 TARGETS = {"Batch1": 60.0, "Batch2": 10.0}
@@ -49,7 +49,7 @@ def whole_processes(data: Path, scratch: Path) -> dict[str, float]:
     scratch.mkdir(parents=True)
     env = {**os.environ, "STREAMDI_HOME": str(scratch)}
     env.pop("DATABASE_URL", None)  # the embedded server, as a new user gets it
-    streamdi = [sys.executable, "-m", "streamdi.cli"]
+    streamdi = [sys.executable, "-m", "streamdi.run.cli"]
     seconds = {}
     try:
         for batch in (1, 2):
@@ -74,7 +74,7 @@ def whole_processes(data: Path, scratch: Path) -> dict[str, float]:
 
 
 def timed_compaction(ctx: JobContext) -> float:
-    """The compaction a micro-batch's transform job ends with (`streamdi.pipeline.compact_job`), in seconds."""
+    """The compaction a micro-batch's transform job ends with (`streamdi.run.pipeline.compact_job`), in seconds."""
     started = time.perf_counter()
     compact_job(ctx)
     return time.perf_counter() - started

@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 from schemas.sources import TRADE_CDC  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
-from streamdi.stream import percentile  # noqa: E402
+from streamdi.run.stream import percentile  # noqa: E402
 
 BEFORE = 6.0  # seconds per dripped micro-batch before the service (issue 23)
 GOAL = {"p50": 1.0, "p99": 3.0}
@@ -77,7 +77,7 @@ def main() -> None:
     home = args.home or Path(tempfile.mkdtemp(prefix="streamdi-bench-stream-"))
     env = {**os.environ, "STREAMDI_HOME": str(home)}
     env.pop("DATABASE_URL", None)
-    streamdi = [sys.executable, "-m", "streamdi.cli"]
+    streamdi = [sys.executable, "-m", "streamdi.run.cli"]
     print(f"home {home}: loading Batch1 (not timed)")
     run([*streamdi, "load", "--data", str(data), "--batch", "1"], env)
 

@@ -1,7 +1,7 @@
 """What every streamdi DAG shares: the two warehouse assets, default task arguments, UI parameters and doc links.
 
 Not a DAG file (listed in `.airflowignore`); the DAG files import it. It builds no data logic: tasks call
-`streamdi.orchestration`, which calls the pipeline's job functions.
+`streamdi.run.orchestration`, which calls the pipeline's job functions.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from airflow.sdk import Asset, Param, TaskGroup, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from streamdi import orchestration
-from streamdi.orchestration import MIGRATION_MODES, REPORT_URL_PATH, TRANSFORM_GRAPH, TRANSFORM_STEP_DOCS, FailFast
+from streamdi.run import orchestration
+from streamdi.run.orchestration import MIGRATION_MODES, REPORT_URL_PATH, TRANSFORM_GRAPH, TRANSFORM_STEP_DOCS, FailFast
 
 # The Delta warehouse (every warehouse table in the lake) and the PostgreSQL warehouse (schema dw). Tasks that
 # commit to them declare them as outlets, so a DAG can be scheduled on "the warehouse changed".

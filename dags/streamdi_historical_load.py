@@ -18,7 +18,7 @@ from streamdi_common import (
     transform_group,
 )
 
-from streamdi import orchestration
+from streamdi.run import orchestration
 
 with DAG(
     dag_id="streamdi_historical_load",

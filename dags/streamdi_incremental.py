@@ -15,7 +15,7 @@ from streamdi_common import (
     transform_group,
 )
 
-from streamdi import orchestration
+from streamdi.run import orchestration
 
 SCHEDULE = orchestration.dag_setting("STREAMDI_INCREMENTAL_SCHEDULE")
 

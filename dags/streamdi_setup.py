@@ -17,7 +17,7 @@ from streamdi_common import (
     streamdi_task,
 )
 
-from streamdi import orchestration
+from streamdi.run import orchestration
 
 with DAG(
     dag_id="streamdi_setup",

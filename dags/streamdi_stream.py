@@ -5,7 +5,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 from streamdi_common import DEFAULT_ARGS, REPORT_LINK, SHORT, START_DATE, TAGS, streamdi_task
 
-from streamdi import orchestration
+from streamdi.run import orchestration
 
 SCHEDULE = orchestration.dag_setting("STREAMDI_STREAM_CHECK_SCHEDULE")
 

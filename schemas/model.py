@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
 
 import pyarrow as pa
 from pyspark.sql import types as T
@@ -154,6 +155,23 @@ class SourceFile:
 
     @property
     def staging(self) -> Table:
-        from schemas.staging import staging_table_for
-
         return staging_table_for(self)
+
+
+LINEAGE = (
+    Column("batch_id", "bigint", False, "micro-batch that staged this line"),
+    Column("source_batch", "int", False, "TPC-DI batch of the file"),
+    Column("source_file", "string", False, "landing file, relative to the landing zone"),
+    Column("line_no", "bigint", False, "1-based line number in the file"),
+)
+
+
+@cache
+def staging_table_for(source: SourceFile) -> Table:
+    return Table(
+        name=source.name.lower(),
+        layer="staging",
+        columns=(*source.columns, *LINEAGE),
+        order_by=("batch_id", "source_file", "line_no"),
+        doc=f"Parsed lines of {source.pattern}.",
+    )

@@ -16,30 +16,9 @@ of `line_no`).
 
 from __future__ import annotations
 
-from functools import cache
-
 from schemas import finwire as fw
-from schemas.model import Column, SourceFile, Table
+from schemas.model import LINEAGE, Column, Table
 from schemas.sources import ACTION_TS, CUSTOMER_MGMT_ACTION, CUSTOMER_MGMT_XML, DATE, XmlField
-
-LINEAGE = (
-    Column("batch_id", "bigint", False, "micro-batch that staged this line"),
-    Column("source_batch", "int", False, "TPC-DI batch of the file"),
-    Column("source_file", "string", False, "landing file, relative to the landing zone"),
-    Column("line_no", "bigint", False, "1-based line number in the file"),
-)
-
-
-@cache
-def staging_table_for(source: SourceFile) -> Table:
-    return Table(
-        name=source.name.lower(),
-        layer="staging",
-        columns=(*source.columns, *LINEAGE),
-        order_by=("batch_id", "source_file", "line_no"),
-        doc=f"Parsed lines of {source.pattern}.",
-    )
-
 
 REJECTS = Table(
     name="rejects",

@@ -342,3 +342,17 @@ class BatchLog:
             }
             for b, rows in sorted(by_batch.items())
         ]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100, nearest rank) of `values`, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), -(-len(ordered) * q // 100)))
+    return ordered[int(rank) - 1]
+
+
+def wall_clock() -> dt.datetime:
+    """Wall clock for platform bookkeeping only (batch log, metrics); never used in transforms."""
+    return dt.datetime.now(dt.UTC)

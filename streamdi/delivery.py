@@ -41,7 +41,7 @@ def batch_dir(data_dir: Path, batch: int) -> Path:
     return folder
 
 
-def _place(source: Path, target: Path) -> bool:
+def place(source: Path, target: Path) -> bool:
     """Put `source` at `target` atomically; False when an identical file is already there."""
     if target.exists():
         if target.stat().st_size == source.stat().st_size and target.read_bytes() == source.read_bytes():
@@ -71,7 +71,7 @@ def deliver_batch(data_dir: Path, batch: int, landing: Path) -> list[str]:
     folder = batch_dir(data_dir, batch)
     delivered = []
     for source in [*sorted(p for p in folder.iterdir() if p.is_file()), *root_audits(data_dir, batch)]:
-        if _place(source, landing / folder.name / source.name):
+        if place(source, landing / folder.name / source.name):
             delivered.append(f"{folder.name}/{source.name}")
     return delivered
 
@@ -107,7 +107,7 @@ def drip_batch(
             return
         if done == groups:
             for audit in audits:
-                _place(audit, landing / folder.name / audit.name)
+                place(audit, landing / folder.name / audit.name)
         after_group(done, groups)
 
     drip(folder, landing, options, on_delivery=delivered)

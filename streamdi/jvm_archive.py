@@ -8,7 +8,7 @@ that transforms one micro-batch 7-14 s less.
 
 The archive is only valid for the JDK and the jars it was written with, so its file name carries a hash of
 both (`archive_path`); `python -m streamdi.jvm_archive build` (run by `python3 bootstrap.py`) writes it by
-running a tiny load (SF 0.01, Batch1 and Batch2 staged and transformed, no PostgreSQL; `streamdi.jvm_archive_load`,
+running a tiny load (SF 0.01, Batch1 and Batch2 staged and transformed, no PostgreSQL; `streamdi.run.jvm_archive_load`,
 in a child process) in a JVM that dumps its classes when it exits. `driver_options` adds it to the driver's
 options when it exists; a JVM that still cannot use it (say, a jar was added) runs as without it and says nothing
 (the archive's log is off).
@@ -69,7 +69,7 @@ def build(directory: Path = ARCHIVE_DIR, *, force: bool = False) -> Path:
     partial = directory / f".{target.name}.{os.getpid()}.partial"
     partial.unlink(missing_ok=True)
     done = subprocess.run(
-        [sys.executable, "-m", "streamdi.jvm_archive_load", str(partial)],
+        [sys.executable, "-m", "streamdi.run.jvm_archive_load", str(partial)],
         capture_output=True,
         text=True,
         check=False,

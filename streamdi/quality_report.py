@@ -767,7 +767,7 @@ LATENCY_ROWS = 20  # the latest micro-batches listed in the latency section
 def _render_latency(data: QualityData) -> str:
     """Seconds from each micro-batch's arrival (its newest file) to staged, committed in Delta (transform done) and
     visible in PostgreSQL (migrate done): p50/p99 over every migrated micro-batch, and the latest ones."""
-    from streamdi.stream import percentile
+    from streamdi.batchlog import percentile
 
     rows = [
         (b.batch_id, b.after_arrival("stage"), b.after_arrival("transform"), b.after_arrival("migrate"))

@@ -105,5 +105,9 @@ def stop(server: AirflowServer) -> None:
     for command in (["spark", "stop"], [] if os.environ.get("DATABASE_URL") else ["db", "stop"]):
         if command:
             subprocess.run(
-                [sys.executable, "-m", "streamdi.cli", *command], env=env, timeout=120, check=False, capture_output=True
+                [sys.executable, "-m", "streamdi.run.cli", *command],
+                env=env,
+                timeout=120,
+                check=False,
+                capture_output=True,
             )

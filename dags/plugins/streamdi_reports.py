@@ -21,7 +21,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH, reports_dir
+from streamdi.run.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH, reports_dir
 
 _reports = reports_dir()
 _PLACEHOLDERS = {

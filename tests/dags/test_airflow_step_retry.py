@@ -77,7 +77,7 @@ def test_a_killed_t3_task_is_retried_alone_and_the_warehouse_equals_an_uninjecte
     env.update(STREAMDI_HOME=str(reference), STREAMDI_SPARK_REMOTE="off", STREAMDI_SPARK_MASTER="local[2]")
     data = airflow.home / "data" / f"sf{SCALE:g}"
     loaded = subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", "load", "--data", str(data), "--batch", "1"],
+        [sys.executable, "-m", "streamdi.run.cli", "load", "--data", str(data), "--batch", "1"],
         env=env,
         capture_output=True,
         text=True,

@@ -42,7 +42,7 @@ import pytest
 from chromium import Chromium, wait_for
 from dagdata import REPO
 
-from streamdi.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH
+from streamdi.run.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 

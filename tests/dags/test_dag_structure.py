@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamdi import orchestration
+from streamdi.run import orchestration
 
 STEPS = {f"transform.{name}" for name in ("T0", "T1", "T2", "T3", "T4", "AG", "DM")}
 STEP_EDGES = {
@@ -190,5 +190,5 @@ def test_dag_files_hold_no_data_logic():
 
     for path in sorted(DAGS.glob("*.py")):
         text = path.read_text()
-        for word in ("pyspark", "deltalake", "psycopg", "SELECT ", "spark.", "streamdi.pipeline"):
+        for word in ("pyspark", "deltalake", "psycopg", "SELECT ", "spark.", "streamdi.run.pipeline"):
             assert word not in text, f"{path.name} contains {word!r}"

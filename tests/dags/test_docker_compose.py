@@ -10,7 +10,7 @@ import pytest
 import yaml
 from dagdata import REPO
 
-from streamdi import orchestration
+from streamdi.run import orchestration
 from streamdi.settings import Settings
 
 DOCKER = REPO / "docker"

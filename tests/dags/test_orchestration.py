@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from streamdi import orchestration
 from streamdi.airflow_cli import airflow_environment, ensure_login
+from streamdi.run import orchestration
 from streamdi.settings import Settings
 
 NOW = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -36,9 +36,9 @@ def test_a_step_that_halts_its_batch_fails_the_task_right_there(tmp_path, monkey
     """process_batches raises as soon as a step returns `halted`, also when it was the last step asked for (the
     stage task of a load DAG must fail, not succeed); the message names the batch, the step, the reason and both
     operator commands."""
-    from streamdi import pipeline
     from streamdi.batchlog import BatchLog, LandedFile
     from streamdi.lake import Lake
+    from streamdi.run import pipeline
 
     settings = Settings(home=tmp_path)
     log = BatchLog(Lake(settings.lake_root))

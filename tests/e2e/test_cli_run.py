@@ -77,7 +77,7 @@ def cli(home: Path, *args: str, fault: str | None = None, extra_env: dict | None
         env["STREAMDI_FAULT_AT"] = fault
     env.update(extra_env or {})
     return subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", *args],
+        [sys.executable, "-m", "streamdi.run.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -337,7 +337,7 @@ def test_the_lake_disk_full_during_a_commit_fails_clearly_and_resumes_exactly_on
             "STREAMDI_FAULT_PAUSE": str(paused),
         }
         running = subprocess.Popen(
-            [sys.executable, "-m", "streamdi.cli", "run", "--sample"],
+            [sys.executable, "-m", "streamdi.run.cli", "run", "--sample"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

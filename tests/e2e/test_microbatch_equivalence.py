@@ -26,7 +26,7 @@ from streamdi.context import JobContext
 from streamdi.delivery import deliver_batch, drip_batch
 from streamdi.generator import Params, generate
 from streamdi.lake import Lake
-from streamdi.pipeline import run_pending
+from streamdi.run.pipeline import run_pending
 from streamdi.settings import Settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -52,7 +52,7 @@ def cli_env(home: Path, database_url: str, lake: Path) -> dict[str, str]:
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "streamdi.run.cli", *args], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -143,7 +143,7 @@ def test_a_query_is_one_read_only_statement_under_a_time_limit_and_a_failure_is_
         ("SELECT pg_sleep(30)", "canceling statement due to statement timeout", {"STREAMDI_QUERY_TIMEOUT": "0.5"}),
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "streamdi.cli", "query", statement],
+            [sys.executable, "-m", "streamdi.run.cli", "query", statement],
             env={**env, **extra},
             capture_output=True,
             text=True,
@@ -177,7 +177,7 @@ def test_migrate_every_pushes_new_batches_until_sigterm(settings, warehouse, tmp
     first_batches(stream)
     target = open_warehouse(db)
     loop = subprocess.Popen(
-        [sys.executable, "-m", "streamdi.cli", "migrate", "--every", "0.2"],
+        [sys.executable, "-m", "streamdi.run.cli", "migrate", "--every", "0.2"],
         env=cli_env(settings.home, db.database_url, stream.lake.root),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

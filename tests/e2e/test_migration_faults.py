@@ -55,7 +55,7 @@ def cli(*args: str, home: Path, database_url: str, lake: Path, fault: str | None
     if fault:
         env["STREAMDI_FAULT_AT"] = fault
     return subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "streamdi.run.cli", *args], env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -183,7 +183,7 @@ def test_postgres_restarted_in_the_middle_of_a_migration(settings, warehouse, la
         STREAMDI_FAULT_PAUSE=str(paused),
     )
     migrating = subprocess.Popen(
-        [sys.executable, "-m", "streamdi.cli", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "streamdi.run.cli", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 120
     while not paused.exists():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from streamdi.cli import app
+from streamdi.run.cli import app
 
 
 def test_generate_writes_the_batches_and_prints_a_summary(tmp_path: Path):

@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from jobs.stage import source_for_file
 from schemas import sources as src
-from streamdi.cli import app
 from streamdi.collector import scan_landing, source_batch_of
 from streamdi.generator.drip import DripOptions, drip, plan
+from streamdi.run.cli import app
 
 FAULTS = DripOptions(parts=4, disorder=0.3, late=0.2, duplicates=0.2, malformed=0.2, seed=11)
 

@@ -30,9 +30,9 @@ from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi import embedded_pg
 from streamdi.audit import NOT_CHECKED, OK, SKIPPED, AuditReport, Check, Figure, parse_figures, read_figures, run_audit
 from streamdi.batchlog import BatchFile
-from streamdi.cli import app
 from streamdi.context import JobContext
 from streamdi.lake import Lake
+from streamdi.run.cli import app
 from streamdi.settings import Settings
 from streamdi.warehouse import open_warehouse
 

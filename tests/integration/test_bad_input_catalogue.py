@@ -37,7 +37,7 @@ from streamdi import collector
 from streamdi.batchlog import BatchLog
 from streamdi.context import JobContext
 from streamdi.errors import LandingFileError
-from streamdi.pipeline import collect_job, stage_job
+from streamdi.run.pipeline import collect_job, stage_job
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration

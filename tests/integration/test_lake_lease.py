@@ -136,7 +136,7 @@ def test_the_airflow_jobs_take_the_lease(tmp_path: Path, monkeypatch: pytest.Mon
     """The Airflow job functions that advance the batch log are refused while another runner holds the lake; a
     migrate-only call (here with nothing to migrate) is not refused: migrations serialise in PostgreSQL and may run
     beside a loading pipeline."""
-    from streamdi import orchestration
+    from streamdi.run import orchestration
     from streamdi.settings import Settings
 
     settings = Settings(home=tmp_path, spark_remote="off")

@@ -26,7 +26,7 @@ from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.context import JobContext
 from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch, migrate_pending, pending_batches
-from streamdi.pipeline import migrate_job
+from streamdi.run.pipeline import migrate_job
 from streamdi.settings import Settings
 from streamdi.warehouse import TableChange, Warehouse, create_table_sql, open_warehouse
 

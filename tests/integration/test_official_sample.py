@@ -101,7 +101,7 @@ def sample_loaded(spark, tmp_path_factory):
     from streamdi.context import JobContext
     from streamdi.delivery import deliver_batch
     from streamdi.lake import Lake
-    from streamdi.pipeline import run_pending
+    from streamdi.run.pipeline import run_pending
     from streamdi.settings import Settings
 
     home = tmp_path_factory.mktemp("official-sample")

@@ -18,12 +18,13 @@ from jobs.stage import source_for_file
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchLog
+from streamdi.batchlog import wall_clock as _now
 from streamdi.collector import collect
 from streamdi.context import JobContext
 from streamdi.generator import Params, generate
 from streamdi.generator.drip import DripOptions, drip
 from streamdi.lake import Lake
-from streamdi.pipeline import _now, stage_job
+from streamdi.run.pipeline import stage_job
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration

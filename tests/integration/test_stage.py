@@ -17,7 +17,7 @@ from streamdi.batchlog import BatchLog
 from streamdi.collector import collect
 from streamdi.context import JobContext
 from streamdi.lake import Lake
-from streamdi.pipeline import stage_job
+from streamdi.run.pipeline import stage_job
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration

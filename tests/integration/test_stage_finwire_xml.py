@@ -30,7 +30,7 @@ from streamdi.context import JobContext
 from streamdi.generator import generate
 from streamdi.generator.params import Params
 from streamdi.lake import Lake
-from streamdi.pipeline import stage_job
+from streamdi.run.pipeline import stage_job
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from streamdi.batchlog import BatchLog, BatchLogError
 from streamdi.collector import collect
 from streamdi.context import JobContext
 from streamdi.lake import Lake
-from streamdi.pipeline import stage_job, transform_job
 from streamdi.quality import SuiteError, Validator, load_suites
+from streamdi.run.pipeline import stage_job, transform_job
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration

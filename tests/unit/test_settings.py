@@ -63,7 +63,7 @@ def test_mask_url_hides_keyword_and_query_passwords(conninfo: str, shown: str):
 def test_streamdi_config_masks_secrets(monkeypatch, tmp_path: Path):
     from typer.testing import CliRunner
 
-    from streamdi.cli import app
+    from streamdi.run.cli import app
 
     monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
     monkeypatch.setenv("DATABASE_URL", "postgresql://loader:hunter2@db:5432/dw")
@@ -148,7 +148,7 @@ def test_a_placeholder_in_database_url_is_refused_and_masked(monkeypatch, tmp_pa
 def test_the_cli_reports_refused_settings_in_one_line(tmp_path: Path):
     env = {**os.environ, "STREAMDI_HOME": str(tmp_path), "STREAMDI_LOADER_PASSWORD": "change-me"}
     done = subprocess.run(
-        [sys.executable, "-m", "streamdi.cli", "config"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "streamdi.run.cli", "config"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2
     assert done.stderr.startswith("invalid settings: STREAMDI_LOADER_PASSWORD: refused: a placeholder")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.stream import (
+from streamdi.run.stream import (
     Round,
     Trigger,
     held_parts,

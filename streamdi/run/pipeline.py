@@ -7,7 +7,6 @@ records each finished stage in the batch log, so after a crash the next call res
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
 import time
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 
 from jobs import stage, transform
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import STAGES, BatchLog, Halt
+from streamdi.batchlog import STAGES, BatchLog, Halt, wall_clock
 from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
@@ -25,11 +24,6 @@ from streamdi.migrator import migrate_batch
 from streamdi.quality import summarize, warm_up
 
 log = logging.getLogger(__name__)
-
-
-def _now() -> dt.datetime:
-    """Wall clock for platform bookkeeping only (batch log, metrics); never used in transforms."""
-    return dt.datetime.now(dt.UTC)
 
 
 def _leased(job):
@@ -51,7 +45,7 @@ def _leased(job):
 def collect_job(ctx: JobContext, hold: Callable[[list[str], set[str]], set[str]] | None = None) -> CollectResult:
     """Register new landing files as the next micro-batch (`hold`: see `streamdi.collector.collect`)."""
     ctx.settings.landing_dir.mkdir(parents=True, exist_ok=True)
-    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=_now(), hold=hold)
+    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=wall_clock(), hold=hold)
 
 
 @_leased
@@ -88,10 +82,10 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
     fault_point("pipeline.before_mark_stage")
     if report.halts:
         detail["halted"] = "; ".join(report.halts)
-        batch_log.halt(batch_id, "stage", detail["halted"], now=_now())
+        batch_log.halt(batch_id, "stage", detail["halted"], now=wall_clock())
         log.warning("micro-batch %s halted: %s", batch_id, detail["halted"])
         return detail
-    batch_log.mark(batch_id, "stage", "done", now=_now(), detail=detail)
+    batch_log.mark(batch_id, "stage", "done", now=wall_clock(), detail=detail)
     return detail
 
 
@@ -108,10 +102,10 @@ def transform_job(ctx: JobContext, batch_id: int) -> dict:
     fault_point("pipeline.before_mark_transform")
     if report.halts:
         detail["halted"] = "; ".join(report.halts)
-        batch_log.halt(batch_id, "transform", detail["halted"], now=_now())
+        batch_log.halt(batch_id, "transform", detail["halted"], now=wall_clock())
         log.warning("micro-batch %s halted: %s", batch_id, detail["halted"])
         return detail
-    batch_log.mark(batch_id, "transform", "done", now=_now(), detail=detail)
+    batch_log.mark(batch_id, "transform", "done", now=wall_clock(), detail=detail)
     detail["compacted"] = compact_job(ctx)
     return detail
 
@@ -137,7 +131,7 @@ def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: It
     detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
     if report.halts:
         detail["halted"] = "; ".join(report.halts)
-        batch_log.halt(batch_id, "transform", detail["halted"], now=_now())
+        batch_log.halt(batch_id, "transform", detail["halted"], now=wall_clock())
         log.warning("micro-batch %s halted after step %s: %s", batch_id, step, detail["halted"])
         return detail
     if step != TRANSFORM_STEPS[-1]:
@@ -149,7 +143,7 @@ def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: It
         for action, n in (part.get("checks") or {}).items():
             whole["checks"][action] = whole["checks"].get(action, 0) + n
     fault_point("pipeline.before_mark_transform")
-    batch_log.mark(batch_id, "transform", "done", now=_now(), detail=whole)
+    batch_log.mark(batch_id, "transform", "done", now=wall_clock(), detail=whole)
     detail["compacted"] = compact_job(ctx)
     return detail
 
@@ -183,7 +177,7 @@ def migrate_job(ctx: JobContext, batch_id: int) -> dict:
     report = migrate_batch(ctx.lake, warehouse, batch_id, mode="push")
     detail = {"rows": report.tables, "versions": report.versions, "batches": list(report.batches)}
     fault_point("pipeline.before_mark_migrate")
-    batch_log.mark(batch_id, "migrate", "done", now=_now(), detail=detail)
+    batch_log.mark(batch_id, "migrate", "done", now=wall_clock(), detail=detail)
     return detail
 
 

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from streamdi.batchlog import BatchLog
+from streamdi.batchlog import BatchLog, percentile
 from streamdi.collector import is_collectable, missing_predecessors, part_of
 from streamdi.context import JobContext
 from streamdi.generator.drip import manifest_path
@@ -290,8 +290,8 @@ class StreamService:
 
     def run(self) -> int:
         """Serve until `stop()` (or `idle_exit`); returns the process exit code (0)."""
-        from streamdi.pipeline import run_pending
         from streamdi.quality import warm_up
+        from streamdi.run.pipeline import run_pending
 
         self.folder.mkdir(parents=True, exist_ok=True)
         with (
@@ -557,15 +557,6 @@ def _lock_held(path: Path) -> bool:
         return False
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0..100, nearest rank) of `values`, None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), -(-len(ordered) * q // 100)))
-    return ordered[int(rank) - 1]
-
-
 def rows_per_second(recent: list[dict]) -> float | None:
     """Warehouse rows made visible per second of the stages' own run time over `recent`."""
     busy = sum(sum(r["seconds"].values()) for r in recent)
@@ -617,7 +608,7 @@ def start_detached(settings: Settings, *args: str) -> int:
     env = {**os.environ, "STREAMDI_HOME": str(settings.home.absolute())}
     with open(folder(settings) / "service.log", "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "streamdi.cli", "stream", *args],
+            [sys.executable, "-m", "streamdi.run.cli", "stream", *args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,

@@ -1,6 +1,7 @@
-"""The build load of the JVM class archive (`streamdi.jvm_archive`): run as `python -m streamdi.jvm_archive_load FILE`
-by `jvm_archive.build`, it loads a tiny data set (SF 0.01, Batch1 and Batch2 staged and transformed) in a driver JVM
-that writes the classes it loaded to FILE when it exits.
+"""The build load of the JVM class archive (`streamdi.jvm_archive`).
+
+Run as `python -m streamdi.run.jvm_archive_load FILE` by `jvm_archive.build`, it loads a tiny data set (SF 0.01,
+Batch1 and Batch2 staged and transformed) in a driver JVM that writes the classes it loaded to FILE when it exits.
 
 A module of its own so that `streamdi.jvm_archive`, which every Spark start imports for the archive's options,
 does not import the jobs it runs.
@@ -30,7 +31,7 @@ def dump(into: Path) -> None:
     from streamdi.context import JobContext
     from streamdi.delivery import deliver_batch
     from streamdi.generator import Params, generate
-    from streamdi.pipeline import collect_job, stage_job
+    from streamdi.run.pipeline import collect_job, stage_job
     from streamdi.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="streamdi-jvm-archive-"))

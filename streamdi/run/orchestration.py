@@ -1,7 +1,7 @@
-"""Job functions for the Airflow DAGs (`dags/`): one function per task, each a thin layer over `streamdi.pipeline`.
+"""Job functions for the Airflow DAGs (`dags/`): one function per task, each a thin layer over `streamdi.run.pipeline`.
 
 Where the data flow sits: landing files -> collect -> stage -> validate -> transform -> migrate -> audit/report.
-`streamdi.pipeline` holds the stage jobs and the batch log decides what is left; this module only adds what a
+`streamdi.run.pipeline` holds the stage jobs and the batch log decides what is left; this module only adds what a
 scheduled, parameterised run needs around them:
 
 - delivering a data set's batch folder (or the reference files, or a freshly generated demo data set) into the
@@ -135,7 +135,7 @@ def deliver_reference_data(
     Files already delivered with the same bytes are left alone, so a later delivery of the whole Batch1 brings
     only the rest and the collector never registers a file twice.
     """
-    from streamdi.delivery import _place
+    from streamdi.delivery import place
 
     settings = _settings(settings)
     if data_dir:
@@ -154,7 +154,7 @@ def deliver_reference_data(
         )
     for name in REFERENCE_FILES:
         with _landing_conflicts(root):
-            if _place(source / name, settings.landing_dir / "Batch1" / name):
+            if place(source / name, settings.landing_dir / "Batch1" / name):
                 delivered.append(f"Batch1/{name}")
     log.info("reference data: delivered %d new file(s) from %s into %s", len(delivered), source, settings.landing_dir)
     return {"from": str(source), "delivered": delivered}
@@ -274,7 +274,7 @@ def collect_landed(settings: Settings | None = None) -> dict:
     """Register new landing files as micro-batches; return the new batch ids and the last batch id of the log."""
     from streamdi.batchlog import BatchLog
     from streamdi.context import open_context
-    from streamdi.pipeline import collect_job
+    from streamdi.run.pipeline import collect_job
 
     ctx = open_context(_settings(settings))
     with lake_lease(ctx.lake.root):
@@ -358,10 +358,10 @@ def process_batches(
     """
     from streamdi.batchlog import BatchLog
     from streamdi.context import open_context
-    from streamdi.pipeline import STAGE_JOBS
+    from streamdi.run.pipeline import STAGE_JOBS
 
     ctx = open_context(_settings(settings))
-    # Migrate steps alone may run beside another runner (see streamdi.pipeline._leased); the others need the lease.
+    # Migrate steps alone may run beside another runner (see streamdi.run.pipeline._leased); the others need the lease.
     steps_left = _pending(BatchLog(ctx.lake), last_batch, last_stage, migration_mode)
     leased = any(stage != "migrate" for _, stage in steps_left)
     with lake_lease(ctx.lake.root) if leased else contextlib.nullcontext():
@@ -401,7 +401,7 @@ def _maintain(ctx) -> dict[str, int]:
     """`pipeline.maintain_job` after a run that went up to the last stage; skipped while another runner holds the
     lake (it maintains at its own end)."""
     from streamdi.locks import LakeBusy
-    from streamdi.pipeline import maintain_job
+    from streamdi.run.pipeline import maintain_job
 
     try:
         return maintain_job(ctx)
@@ -420,7 +420,7 @@ def transform_step(
 ) -> dict:
     """One transaction step (T0 reference, T1 securities, T2 accounts, T3 trades, T4 market and watches, DM
     messages) of micro-batch `last_batch`: the DAGs' transform task group runs one task per step, in the graph's
-    order (`streamdi.pipeline.transform_step_job`).
+    order (`streamdi.run.pipeline.transform_step_job`).
 
     The first step (T0) first runs every step the batch log still has pending before it (earlier batches whole,
     `last_batch`'s stage), so the steps always work on the oldest transform left. A transform already done (a
@@ -429,7 +429,7 @@ def transform_step(
     """
     from streamdi.batchlog import FINISHED, BatchLog
     from streamdi.context import open_context
-    from streamdi.pipeline import TRANSFORM_STEPS, transform_step_job
+    from streamdi.run.pipeline import TRANSFORM_STEPS, transform_step_job
 
     if step not in TRANSFORM_STEPS:
         raise FailFast(f"unknown transform step {step!r}; steps are {TRANSFORM_STEPS}")
@@ -507,7 +507,7 @@ def supervise_stream(action: str = "ensure", settings: Settings | None = None) -
     its micro-batch in flight and stop. Returns its state, lag, last micro-batch, latency and rows/s (the task's
     XCom). A halted batch, or a service that `ensure` or `check` finds not running, fails the task at once: the
     message says what to do."""
-    from streamdi.stream import supervise
+    from streamdi.run.stream import supervise
 
     if action not in STREAM_ACTIONS:
         raise FailFast(f"unknown action {action!r}: one of {', '.join(STREAM_ACTIONS)}")

@@ -218,7 +218,7 @@ def deliver_sample(landing: Path) -> list[str]:
 def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
     """Collect what arrived in the landing zone and run every pending (batch, stage), printing each step."""
     from streamdi.context import open_context
-    from streamdi.pipeline import run_pending
+    from streamdi.run.pipeline import run_pending
 
     ctx = ctx or open_context(settings)
 
@@ -517,14 +517,14 @@ def migrate(
     import signal
     import threading
 
+    from streamdi.batchlog import wall_clock
     from streamdi.migrator import mark_migrated, migrate_pending
-    from streamdi.pipeline import _now
 
     ctx = _open_migration(load_settings())
 
     def one_round():
         report = migrate_pending(ctx.lake, ctx.warehouse, mode="push")
-        mark_migrated(ctx.lake, report, now=_now())
+        mark_migrated(ctx.lake, report, now=wall_clock())
         return report
 
     if every is None:
@@ -566,10 +566,10 @@ def query(
         bool, typer.Option("--fresh", help="Pull mode: migrate everything pending (one transaction), then query.")
     ] = False,
 ) -> None:
+    from streamdi.batchlog import wall_clock
     from streamdi.context import open_context
     from streamdi.errors import QueryFailed
     from streamdi.migrator import mark_migrated, migrate_pending
-    from streamdi.pipeline import _now
     from streamdi.queries import resolve
 
     settings = load_settings()
@@ -602,7 +602,7 @@ def query(
             f"arrived {result.newest_arrived_at:%Y-%m-%d %H:%M:%S.%f %Z})"
         )
     if pulled is not None:
-        mark_migrated(ctx.lake, pulled, now=_now())
+        mark_migrated(ctx.lake, pulled, now=wall_clock())
 
 
 @batch_app.command("resume")
@@ -612,14 +612,13 @@ def batch_resume(
 ) -> None:
     """Let halted micro-batch K go on: its halted stage runs again at the next `run`/`load`, and the policy that
     halted it only warns for this batch."""
-    from streamdi.batchlog import BatchLog, BatchLogError
+    from streamdi.batchlog import BatchLog, BatchLogError, wall_clock
     from streamdi.lake import Lake
-    from streamdi.pipeline import _now
 
     try:
         root = load_settings().lake_root
         with lake_lease(root):
-            stage = BatchLog(Lake(root)).resume(batch_id, now=_now(), note=note)
+            stage = BatchLog(Lake(root)).resume(batch_id, now=wall_clock(), note=note)
     except BatchLogError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -634,14 +633,13 @@ def batch_skip(
     """Drop micro-batch K before its transform: its remaining stages never run, its staged rows never reach the
     warehouse, and later batches go on. Refused once K's transform has committed to the Delta warehouse (done,
     or halted by a warehouse check): resume it instead."""
-    from streamdi.batchlog import BatchLog, BatchLogError
+    from streamdi.batchlog import BatchLog, BatchLogError, wall_clock
     from streamdi.lake import Lake
-    from streamdi.pipeline import _now
 
     try:
         root = load_settings().lake_root
         with lake_lease(root):
-            stages = BatchLog(Lake(root)).skip(batch_id, reason, now=_now())
+            stages = BatchLog(Lake(root)).skip(batch_id, reason, now=wall_clock())
     except BatchLogError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from None
@@ -660,11 +658,11 @@ def quality_report() -> None:
     the failing checks, halted and skipped batches, failure rates per batch and the quarantined rows per table.
     Each cell links to its validation page in reports/quality/data_docs/ (rebuilt on every run). Also writes the
     batch-log page, <STREAMDI_HOME>/reports/index.html: every micro-batch with the state of each stage."""
-    from streamdi.orchestration import write_report_pages
-    from streamdi.pipeline import _now
+    from streamdi.batchlog import wall_clock
     from streamdi.quality_report import describe
+    from streamdi.run.orchestration import write_report_pages
 
-    outcome, page, batches = write_report_pages(load_settings(), _now())
+    outcome, page, batches = write_report_pages(load_settings(), wall_clock())
     for line in describe(outcome):
         console.print(line, markup=False, highlight=False)
     console.print(f"batch log: {page} ({batches} micro-batch(es))", markup=False, highlight=False)
@@ -763,7 +761,7 @@ def stream(
     import threading
 
     from streamdi.context import open_context
-    from streamdi.stream import ServiceRunning, StreamService, Trigger, install_signals
+    from streamdi.run.stream import ServiceRunning, StreamService, Trigger, install_signals
 
     settings = load_settings()
     settings.landing_dir.mkdir(parents=True, exist_ok=True)
@@ -817,7 +815,7 @@ def stream(
 def stream_status() -> None:
     """Whether the stream service runs, what it does, its lag, its last micro-batches' latency (arrival -> staged
     -> committed in Delta -> visible in PostgreSQL), rows/s and any halt."""
-    from streamdi.stream import read_status, summary
+    from streamdi.run.stream import read_status, summary
 
     status, running = read_status(load_settings())
     if status is None:
@@ -868,7 +866,7 @@ def stream_stop() -> None:
     """Ask the running stream service to finish its micro-batch in flight and stop (SIGTERM)."""
     import signal
 
-    from streamdi.stream import read_status
+    from streamdi.run.stream import read_status
 
     status, running = read_status(load_settings())
     if not running or status is None:
