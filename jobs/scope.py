@@ -1,6 +1,6 @@
 """What one micro-batch's transform steps see: its id, its files, and the TPC-DI batches and dates in play.
 
-Two notions of batch (ARCHITECTURE.md, "Collect"):
+Two notions of batch (docs/architecture.md, "Two notions of batch"):
 - the **micro-batch** (`batch_id`): the batch log's sequence number; it orders and deduplicates work, is the
   version of every app transaction, and selects "this micro-batch's rows" in staging (`staging.*.batch_id`);
   it never reaches a warehouse row;
@@ -45,8 +45,9 @@ class BatchScope:
         return any(n in self.sources for n in names)
 
     def app_id(self, step: str, table: Table, part: str | None = None) -> str:
-        """The app transaction id of `step`'s commit to `table` (ARCHITECTURE.md: `step/table`); `part` names one of
-        several commits of a step to the same table (`T3/dimessages/factholdings`: the alerts of FactHoldings)."""
+        """The app transaction id of `step`'s commit to `table`: `step/table` (docs/architecture.md, "Exactly-once
+        commits"); `part` names one of several commits of a step to the same table (`T3/dimessages/factholdings`:
+        the alerts of FactHoldings)."""
         return f"{step}/{table.name}" if part is None else f"{step}/{table.name}/{part}"
 
     def committed(self, ctx: JobContext, step: str, table: Table, part: str | None = None) -> bool:

@@ -1,4 +1,6 @@
-"""Ordering contracts: how each source's records are ordered, declared once (ARCHITECTURE.md, "Ordering contracts").
+"""Ordering contracts: how each source's records are ordered, declared once.
+
+See docs/stream.md, "Parts, channels and ordering contracts".
 
 A source's contract says what order its records carry and hence which reorderings of its deliveries change
 nothing. The collector and the stage check arriving data against it (`jobs.ordering`); the transforms rely only on

@@ -7,6 +7,9 @@ to CustomerMgmt.xml; each incremental batch delivers its day's new and changed c
 full CDC rows. Out-of-range tiers and birth dates occur at a low rate (and at least once in Batch1) so that
 the DImessages alerts fire. The account timeline (open/close times) is returned for the trade and watch
 generators, which only pick accounts and customers that are active at the event's time.
+
+Long because one event history (`_History`) drives four files: its XML and CDC writers read and change the same
+state at each action, and spreading them over modules would pass that state across every boundary.
 """
 
 from __future__ import annotations
