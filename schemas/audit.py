@@ -7,7 +7,7 @@ count that figure.
 
 `staging.audit_figures` keeps the figures of every audit file that landed, with the staging lineage
 (`batch_id` micro-batch, `source_batch`, `source_file`, `line_no`); `jobs.audit_figures` parses and stages
-them, `streamdi.audit` checks the warehouse against them.
+them, `jobs.audit` checks the warehouse against them.
 """
 
 from __future__ import annotations
