@@ -9,11 +9,12 @@ runs every check of the official script against PostgreSQL as the read-only role
 row of the official script, named as the script's "Test" column, with `batch` where the script gives one result
 per batch; `ok` is true when nothing failed or was skipped.
 
-Independence: the audit shares no code with what it audits. Its modules (`jobs.audit.*`) import no other job
-(`jobs.*`) and not `schemas.warehouse`; their SQL spells the specification's table and column names (lower case,
-schema `dw`), and they parse audit files themselves. They use `streamdi.warehouse` only to connect and for psycopg's
-`sql` module, and `schemas.audit`/`streamdi.lake` to read staged figures. Every statement is composed with
-`psycopg.sql` (see `jobs.audit.scan`).
+Independence: the audit shares no code with what it audits. Its modules (`jobs.audit.*`) import none of the jobs
+that build the warehouse and not `schemas.warehouse`; their SQL spells the specification's table and column names
+(lower case, schema `dw`). The one other job they import is `jobs.audit_figures`, which splits the audit files and
+types their fields with `jobs.fields` (the figures are the audit's input, not what it judges). They use
+`streamdi.warehouse` only to connect and for psycopg's `sql` module, and `schemas.audit`/`streamdi.lake` to read
+staged figures. Every statement is composed with `psycopg.sql` (see `jobs.audit.scan`).
 
 The modules, in the order of the data flow:
 - `figures`: the expected values (`read_figures`, `staged_figures`, `Figures`);

@@ -8,18 +8,16 @@ expected value of a check (`Figures.expected`, a formula of `Term`s).
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from schemas.audit import AUDIT_FIGURES, NOT_COUNTED
+from jobs import audit_figures
+from schemas.audit import AUDIT_FIGURES, FIGURE_FIELDS, NOT_COUNTED
 from streamdi.context import JobContext
 
 AUDIT_FILE_GLOB = "*_audit.csv"
-AUDIT_HEADER = ("dataset", "batchid", "date", "attribute", "value", "dvalue")
 
 
 @dataclass(frozen=True)
@@ -37,45 +35,43 @@ class Figure:
 
 def parse_figures(text: str, source: str) -> list[Figure]:
     """The figures of one audit file's text (header `DataSet, BatchID, Date, Attribute, Value, DValue`, names
-    compared without spaces and case; fields trimmed, empty = NULL; blank lines skipped). Raises ValueError naming
-    `source` and the line of anything that does not parse: a bad figure must not pass silently."""
-    lines = text.removeprefix("\ufeff").splitlines()
-    if not lines:
+    compared without spaces and case; fields trimmed, empty = NULL; blank lines skipped), typed as staging types
+    them (`jobs.audit_figures.type_lines`). Raises ValueError naming `source` and the line of anything that does
+    not parse: a bad figure must not pass silently."""
+    header, numbered = audit_figures.split_text(text)
+    if header is None:
         return []
-    header = tuple(h.strip().lower() for h in next(csv.reader([lines[0]])))
-    if header != AUDIT_HEADER:
-        raise ValueError(f"{source}: not an audit file, its header is {lines[0]!r}")
+    if not audit_figures.is_header(header):
+        raise ValueError(f"{source}: not an audit file, its header is {header!r}")
+    typed = audit_figures.type_lines(numbered)
+    texts = {name: values.to_pylist() for name, values in typed.texts.items()}
+    values = {name: values.to_pylist() for name, values in typed.values.items()}
+    bad = {name: flags.to_pylist() for name, flags in typed.bad.items()}
     figures = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        fields = [f.strip() for f in next(csv.reader([line]))]
-        try:
-            if len(fields) != len(AUDIT_HEADER):
-                raise ValueError(f"expected {len(AUDIT_HEADER)} fields, found {len(fields)}")
-            dataset, batch, date, attribute, value, dvalue = fields
-            if not dataset or not attribute:
-                raise ValueError("DataSet and Attribute must not be empty")
-            figures.append(
-                Figure(
-                    dataset=dataset,
-                    batch=_typed(batch, int, "BatchID"),
-                    attribute=attribute,
-                    value=_typed(value, int, "Value") if value else None,
-                    date=_typed(date, dt.date.fromisoformat, "Date") if date else None,
-                    dvalue=_typed(dvalue, float, "DValue") if dvalue else None,
-                )
+    for i, (number, line) in enumerate(numbered):
+        problem = None
+        if not typed.right_width(i):
+            problem = f"expected {len(FIGURE_FIELDS)} fields, found {typed.width[i]}"
+        elif bad["dataset"][i] or bad["attribute"][i]:
+            problem = "DataSet and Attribute must not be empty"
+        else:
+            wrong = next((name for name in ("batchid", "value", "date", "dvalue") if bad[name][i]), None)
+            if wrong is not None:
+                what = "a date" if wrong == "date" else "a number"
+                problem = f"{audit_figures.LABELS[wrong]} {texts[wrong][i]!r} is not {what}"
+        if problem is not None:
+            raise ValueError(f"{source}:{number}: {problem} in {line!r}")
+        figures.append(
+            Figure(
+                dataset=values["dataset"][i],
+                batch=values["batchid"][i],
+                attribute=values["attribute"][i],
+                value=values["value"][i],
+                date=values["date"][i],
+                dvalue=values["dvalue"][i],
             )
-        except ValueError as e:
-            raise ValueError(f"{source}:{number}: {e} in {line!r}") from None
+        )
     return figures
-
-
-def _typed(text: str, parse: Callable[[str], Any], name: str) -> Any:
-    try:
-        return parse(text)
-    except ValueError:
-        raise ValueError(f"{name} {text!r} is not {'a date' if name == 'Date' else 'a number'}") from None
 
 
 def read_figures(data_dir: Path) -> Figures:
