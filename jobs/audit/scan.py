@@ -29,7 +29,7 @@ END_OF_TIME = dt.date(9999, 12, 31)
 EOT = sql.SQL("DATE '9999-12-31'")
 EXAMPLES = 3  # offending rows quoted in a detail
 
-# An SQL fragment: constant text of this module (a str, composed as `sql.SQL`) or an `sql.Composable`.
+# An SQL fragment: constant text of the audit's modules (a str, composed as `sql.SQL`) or an `sql.Composable`.
 Fragment = str | sql.Composable
 
 
