@@ -8,6 +8,9 @@ they are parsed in Python, not Spark.
 Format (`schemas.audit`): a header `DataSet, BatchID ,Date , Attribute , Value, DValue` -- the official files
 put spaces around the names, so names are compared without surrounding spaces and case -- then one figure per
 line; fields are trimmed, an empty field is NULL; CRLF or LF line endings; a UTF-8 byte order mark is ignored.
+The fields are typed by the one field implementation (`jobs.fields`) from their declarations
+(`schemas.audit.FIGURE_FIELDS`), as the staging parsers type theirs: BatchID (int) and Value (bigint) are
+integers within their type's range, Date a real `yyyy-MM-dd` day, DValue a decimal number, maybe with an exponent.
 Decisions where the format is silent:
 - a blank line is skipped (not a figure, not an error);
 - a line that does not parse (wrong number of fields, BatchID or Value not an integer, Date not `YYYY-MM-DD`,
@@ -19,22 +22,23 @@ Decisions where the format is silent:
   must not count twice: `staged_figures` keeps, per (TPC-DI batch, file name), the delivery staged last.
 
 Entries: `stage(ctx, batch_id, files)` (called by the stage job for a micro-batch's audit files; one append
-with app transaction `stage/audit_figures`), `staged_figures(ctx)` and `read_dir(data_dir)`.
+with app transaction `stage/audit_figures`), `staged_figures(ctx)` and `read_dir(data_dir)`; the audit
+(`jobs.audit.figures`) reads data set directories with `split_text`, `is_header` and `type_lines`.
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import fnmatch
-import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from schemas.audit import AUDIT_FIGURES, PARSED_FIGURE_COLUMNS
+from jobs import fields
+from schemas.audit import AUDIT_FIGURES, FIELD_NAMES, FIGURE_FIELDS, PARSED_FIGURE_COLUMNS
 from schemas.model import arrow_type
 from schemas.sources import AUDIT_PATTERN
 from schemas.staging import REJECTS
@@ -43,7 +47,10 @@ from streamdi.collector import read_landed
 from streamdi.context import JobContext
 
 AUDIT_SOURCE = "Audit"  # source name of audit lines in staging.rejects
-HEADER = ("dataset", "batchid", "date", "attribute", "value", "dvalue")
+HEADER = tuple(name.lower() for name in FIELD_NAMES)
+LABELS = dict(zip((c.name for c in FIGURE_FIELDS), FIELD_NAMES, strict=True))  # a field as reasons name it
+# What a value of each type that does not type is not, in the reasons of rejected lines.
+NOT_A = {"int": "an integer", "bigint": "an integer", "date": "a YYYY-MM-DD date", "double": "a number"}
 
 
 @dataclass(frozen=True)
@@ -63,44 +70,73 @@ def is_audit_file(path: str) -> bool:
     return fnmatch.fnmatchcase(PurePosixPath(path).name, AUDIT_PATTERN)
 
 
-def _int(text: str, name: str) -> int:
-    body = text[1:] if text[:1] in "+-" else text
-    if not body.isdigit():
-        raise ValueError(f"{name}: '{text}' is not an integer")
-    return int(text)
+@dataclass(frozen=True)
+class FigureLines:
+    """The lines of one audit file after its header, blank lines left out, split and typed field by field.
+
+    Per field (`schemas.audit.FIGURE_FIELDS` name): `texts` the trimmed texts ('' on a line of the wrong width),
+    `values` the typed values (NULL where empty or not of the field's type), `bad` where a field is empty though
+    required or not of its type. `width` is the number of fields found on each line.
+    """
+
+    line_no: list[int]
+    line: list[str]
+    width: list[int]
+    texts: dict[str, pa.Array]
+    values: dict[str, pa.Array]
+    bad: dict[str, pa.Array]
+
+    def right_width(self, i: int) -> bool:
+        return self.width[i] == len(FIGURE_FIELDS)
 
 
-def _figure(fields: list[str]) -> dict:
-    """One audit line's fields (already split) as typed values; raises ValueError naming every problem."""
-    if len(fields) != len(HEADER):
-        raise ValueError(f"expected {len(HEADER)} fields, found {len(fields)}")
-    dataset, batchid, date, attribute, value, dvalue = (f.strip() for f in fields)
-    problems: list[str] = []
-    row: dict = {"dataset": dataset, "attribute": attribute, "batchid": None, "date": None}
-    for name, text in (("DataSet", dataset), ("Attribute", attribute)):
-        if not text:
-            problems.append(f"{name}: required value is empty")
-    try:
-        row["batchid"] = _int(batchid, "BatchID")
-    except ValueError as e:
-        problems.append(str(e))
-    try:
-        row["date"] = dt.date.fromisoformat(date) if date else None
-        if date and len(date) != 10:
-            raise ValueError
-    except ValueError:
-        problems.append(f"Date: '{date}' is not a YYYY-MM-DD date")
-    try:
-        row["value"] = _int(value, "Value") if value else None
-    except ValueError as e:
-        problems.append(str(e))
-    try:
-        row["dvalue"] = float(dvalue) if dvalue else None
-    except ValueError:
-        problems.append(f"DValue: '{dvalue}' is not a number")
-    if problems:
-        raise ValueError("; ".join(problems))
-    return row
+def split_text(text: str) -> tuple[str | None, list[tuple[int, str]]]:
+    """An audit file's header line (None for an empty text) and its other lines that are not blank, numbered
+    (1-based, the header being line 1); a UTF-8 byte order mark is ignored."""
+    lines = text.removeprefix("\ufeff").splitlines()
+    if not lines:
+        return None, []
+    return lines[0], [(n, line) for n, line in enumerate(lines[1:], start=2) if line.strip()]
+
+
+def is_header(line: str) -> bool:
+    """True for the audit header: the field names, compared without surrounding spaces and case."""
+    return tuple(h.strip().lower() for h in next(csv.reader([line]))) == HEADER
+
+
+def type_lines(numbered: Sequence[tuple[int, str]]) -> FigureLines:
+    """Split `numbered` lines (as from `split_text`) into trimmed fields and type them with `jobs.fields`, as the
+    staging parsers type theirs. A line of the wrong width is typed as a line of empty fields."""
+    rows = [[f.strip() for f in next(csv.reader([line]))] for _, line in numbered]
+    width = [len(r) for r in rows]
+    empty = [""] * len(FIGURE_FIELDS)
+    rows = [r if len(r) == len(FIGURE_FIELDS) else empty for r in rows]
+    texts, values, bad = {}, {}, {}
+    for i, col in enumerate(FIGURE_FIELDS):
+        raw = pa.array([r[i] for r in rows], pa.large_string())
+        present = pc.not_equal(raw, "")
+        typed = fields.typed(raw, present, col)
+        texts[col.name], values[col.name] = raw, typed.values
+        bad[col.name] = typed.invalid if col.nullable else pc.or_(typed.invalid, pc.invert(present))
+    return FigureLines([n for n, _ in numbered], [line for _, line in numbered], width, texts, values, bad)
+
+
+def _reasons(typed: FigureLines) -> list[str]:
+    """Per line, what is wrong with it ('' when nothing): its width, else its required fields that are empty,
+    then its values that are not of their type."""
+    problems = fields.Problems(len(typed.line))
+    for col in FIGURE_FIELDS:
+        if col.type == "string":
+            problems.add(typed.bad[col.name], f"{LABELS[col.name]}: required value is empty")
+    for col in FIGURE_FIELDS:
+        if col.type != "string":
+            what = f"' is not {NOT_A[col.type]}"
+            problems.add(typed.bad[col.name], fields.join(f"{LABELS[col.name]}: '", typed.texts[col.name], what))
+    reasons = problems.reason().to_pylist()
+    return [
+        reason if typed.right_width(i) else f"expected {len(FIGURE_FIELDS)} fields, found {typed.width[i]}"
+        for i, reason in enumerate(reasons)
+    ]
 
 
 def parse_audit_text(text: str, source_file: str) -> tuple[list[dict], list[Rejected]]:
@@ -108,26 +144,22 @@ def parse_audit_text(text: str, source_file: str) -> tuple[list[dict], list[Reje
 
     Every figure carries `source_file` and `line_no` (1-based, the header being line 1).
     """
-    text = text.removeprefix("\ufeff")
-    lines = text.splitlines()
+    header, numbered = split_text(text)
+    if header is None or not numbered:
+        return [], []
+    if not is_header(header):
+        reason = f"not an audit file: header is {header!r}"
+        return [], [Rejected(source_file, n, line, reason) for n, line in numbered]
+    typed = type_lines(numbered)
+    columns = {name: values.to_pylist() for name, values in typed.values.items()}
     figures: list[dict] = []
     rejected: list[Rejected] = []
-    if not lines:
-        return figures, rejected
-    header = [h.strip().lower() for h in next(csv.reader([lines[0]]))]
-    bad_header = tuple(header) != HEADER
-    for line_no, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        if bad_header:
-            rejected.append(Rejected(source_file, line_no, line, f"not an audit file: header is {lines[0]!r}"))
-            continue
-        try:
-            row = _figure(next(csv.reader(io.StringIO(line))))
-        except ValueError as e:
-            rejected.append(Rejected(source_file, line_no, line, str(e)))
-            continue
-        figures.append({**row, "source_file": source_file, "line_no": line_no})
+    for i, reason in enumerate(_reasons(typed)):
+        if reason:
+            rejected.append(Rejected(source_file, typed.line_no[i], typed.line[i], reason))
+        else:
+            row = {name: values[i] for name, values in columns.items()}
+            figures.append({**row, "source_file": source_file, "line_no": typed.line_no[i]})
     return figures, rejected
 
 

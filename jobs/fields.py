@@ -1,11 +1,13 @@
 """Type raw text fields of staged records with Arrow's C++ kernels: the one implementation of the field rules.
 
-Delimited lines (`jobs.delimited`), FINWIRE records (`jobs.finwire`) and CustomerMgmt.xml actions
-(`jobs.customer_mgmt`) all arrive as columns of text, one value per record, and are typed here, column by
-column, in the driver:
+Delimited lines (`jobs.delimited`), FINWIRE records (`jobs.finwire`), CustomerMgmt.xml actions
+(`jobs.customer_mgmt`) and the generator's audit figures (`jobs.audit_figures`) all arrive as columns of text, one
+value per record, and are typed here, column by column, in the driver:
 - an integer is `[+-]digits` within its type's range;
 - a decimal is `[+-]digits[.digits]` (or `.digits`), rounded half up to its scale, and must fit its precision
   after rounding;
+- a double is a decimal with an optional exponent (`[eE][+-]digits`), the nearest float64 (no NaN, no infinity
+  spelled out);
 - a date or timestamp has exactly its declared pattern (`DATETIME_PATTERNS`) and is a real calendar value;
   timestamps are UTC;
 - a boolean is `true`/`false`/`1`/`0` in any case; a time is `HH:mm:ss`; text is kept as written;
@@ -34,6 +36,7 @@ from schemas.model import Column, decimal_precision
 
 INTEGER_SHAPE = r"^[+-]?[0-9]+$"
 DECIMAL_SHAPE = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
+DOUBLE_SHAPE = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 TIME_SHAPE = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]$"
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 
@@ -76,7 +79,7 @@ def check_supported(columns: tuple[Column, ...], where: str) -> None:
     for col in columns:
         if col.type in DEFAULT_PATTERNS and _pattern(col) not in DATETIME_PATTERNS:
             raise ValueError(f"{where}.{col.name}: no parser for {col.type} pattern {col.fmt}")
-        if col.type not in ("string", "int", "bigint", "boolean", "time", *DEFAULT_PATTERNS) and not (
+        if col.type not in ("string", "int", "bigint", "double", "boolean", "time", *DEFAULT_PATTERNS) and not (
             decimal_precision(col.type)
         ):
             raise ValueError(f"{where}.{col.name}: no parser for type {col.type}")
@@ -101,6 +104,8 @@ def typed(raw: pa.Array, present: pa.Array, col: Column) -> Typed:
     if logical in _INT_RANGE:
         kind = pa.int32() if logical == "int" else pa.int64()
         return _cast_shaped(raw, raw, present, INTEGER_SHAPE, kind, _integer(kind))
+    if logical == "double":
+        return _cast_shaped(raw, raw, present, DOUBLE_SHAPE, pa.float64(), _invalid)
     if logical in DEFAULT_PATTERNS:
         pattern = DATETIME_PATTERNS[_pattern(col)]
         iso = _iso(raw, pattern)

@@ -367,7 +367,7 @@ def audit(
 ) -> None:
     """Run every check of the official TPC-DI audit script on the PostgreSQL warehouse (dw.*, read-only) and
     print each with OK or what was found and expected; exit 1 when a check failed or was skipped."""
-    from streamdi.audit import run_audit
+    from jobs.audit import run_audit
     from streamdi.context import open_context
 
     report = run_audit(open_context(load_settings()), data)
@@ -390,7 +390,7 @@ def demo(
 ) -> None:
     """The whole story on the embedded defaults: generate a TPC-DI data set, load Batch1 and Batch2 whole and
     Batch3 as a drip of micro-batches (each: stage -> transform -> migrate to PostgreSQL), audit, summarise."""
-    from streamdi.audit import run_audit
+    from jobs.audit import run_audit
     from streamdi.context import open_context
     from streamdi.delivery import deliver_batch, drip_batch
     from streamdi.generator import Params, generate

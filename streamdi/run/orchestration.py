@@ -577,7 +577,7 @@ def audit_warehouse(settings: Settings | None = None) -> dict:
     `<STREAMDI_HOME>/reports/audit.txt`. It reports and does not fail the run: failed checks are logged as
     warnings and counted in the result (a partial data set fails checks of the tables it lacks); policies that
     stop batches belong to the data-quality suites."""
-    from streamdi.audit import run_audit
+    from jobs.audit import run_audit
     from streamdi.context import open_context
 
     ctx = open_context(_settings(settings))

@@ -1,4 +1,4 @@
-"""`streamdi audit` (streamdi.audit) on a real PostgreSQL, and the audit files as staging reads them
+"""`streamdi audit` (jobs.audit) on a real PostgreSQL, and the audit files as staging reads them
 (jobs.audit_figures).
 
 A small consistent warehouse (two TPC-DI batches, every table of the official audit, DImessages with the 24
@@ -24,11 +24,11 @@ from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
 from jobs import audit_figures
+from jobs.audit import NOT_CHECKED, OK, SKIPPED, AuditReport, Check, Figure, parse_figures, read_figures, run_audit
 from schemas.audit import AUDIT_FIGURES
 from schemas.staging import REJECTS
 from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi import embedded_pg
-from streamdi.audit import NOT_CHECKED, OK, SKIPPED, AuditReport, Check, Figure, parse_figures, read_figures, run_audit
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
 from streamdi.lake import Lake

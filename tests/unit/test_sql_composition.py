@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SQL_MODULES = (
     "streamdi/warehouse.py",
     "streamdi/queries.py",
-    "streamdi/audit.py",
     "streamdi/run/cli.py",
     "streamdi/run/stream.py",
     "streamdi/migrator.py",
+    *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("jobs/audit/*.py")),
     *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("bench/*.py")),
     *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("dags/*.py")),
 )
