@@ -12,7 +12,7 @@ so every window -- tumbling, sliding, any size -- is combined from a few blocks,
 the windows that cover it. Two users:
 - the live windows (`jobs.windows_slices`) build the blocks in memory from the slices of the time they recompute and
   answer every declared window from them;
-- FactMarketHistory's 52-week high and low (`jobs.market_history`) keeps its blocks of days in
+- FactMarketHistory's 52-week high and low (`jobs.market_slices`) keeps its blocks of days in
   `staging.market_slices` between micro-batches, since its windows reach a year back.
 
 Keys pack (key code, level, block) into one int64 (`block_keys`), so that lookups are one `searchsorted`.
