@@ -4,11 +4,11 @@ per-window buckets.
 Usage: .venv/bin/python bench/windows.py --home DIR [--days 30] [--counts 1,4,16,64] [--repeat 3] [--dense 100000]
 
 DIR is a streamdi home with a loaded warehouse (e.g. `streamdi load --data <SF 3> --batch 1`). Its completed trades
-are read and routed once (`jobs.windows.TradeSource.read`, not timed); then every one of the last `--days` days of
-trades is one micro-batch: the windows whose span touches that day are recomputed from the records they cover,
+are read and routed once (`jobs.windows_sources.TradeSource.read`, not timed); then every one of the last `--days`
+days of trades is one micro-batch: the windows whose span touches that day are recomputed from the records they cover,
 exactly as step AG does after its reads (warm, in this process, no I/O), for N concurrent sliding windows (slide
 1 hour, sizes spread from 1 hour to 7 days, rolled up to industry and sector), two ways:
-- **shared**: `jobs.windows.results`: records cut into hourly slices once per level, blocks of slices built once,
+- **shared**: `jobs.windows_slices.results`: records cut into hourly slices once per level, blocks of slices built once,
   every window combined from the blocks that cover it (Scotty's stream slicing with an aggregate tree);
 - **per window**: each window bucketed on its own, every record added to every window that contains it (the
   classic per-window buckets: a record of a 7-day window sliding by the hour lands in 168 buckets).
@@ -38,7 +38,9 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobs import windows as win  # noqa: E402
+from jobs import slicing  # noqa: E402
+from jobs import windows_slices as win  # noqa: E402
+from jobs.windows_sources import TradeSource  # noqa: E402
 from schemas import windows as ws  # noqa: E402
 from streamdi.context import JobContext  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
@@ -81,7 +83,7 @@ def per_window(records: win.Records, windows: tuple[ws.Window, ...], span: tuple
             values = {"first": records.ts, "last": records.ts} | {
                 m: records.measures[m] for m in win.MEASURES[ws.TRADES]
             }
-            out = {n: win.slicing.reduce_runs(op, values[n][row], starts) for n, op in ops.items()} if len(key) else {}
+            out = {n: slicing.reduce_runs(op, values[n][row], starts) for n, op in ops.items()} if len(key) else {}
             kk = (key[starts] & 0xFFFFFFFF) - (1 << 31) if len(key) else key
             rows = {
                 "node": distinct.take(pa.array(key[starts] >> 32 if len(key) else key)),
@@ -89,7 +91,7 @@ def per_window(records: win.Records, windows: tuple[ws.Window, ...], span: tuple
                 "window_end": win.ALIGN_US + (kk * w.slide_slices + w.size_slices) * unit,
                 **({n: v for n, v in out.items()} if len(key) else {n: key for n in ops}),
             }
-            parts.append(win._table(w.name, level, rows, np.ones(len(kk), dtype=bool), ws.TRADE_WINDOWS))
+            parts.append(win.window_table(w.name, level, rows, np.ones(len(kk), dtype=bool), ws.TRADE_WINDOWS))
     out = pa.concat_tables(parts)
     return out.sort_by([(c, "ascending") for c in ws.TRADE_WINDOWS.order_by])
 
@@ -121,7 +123,7 @@ def main() -> None:
     args = parser.parse_args()
     ctx = JobContext(Settings(home=args.home), lake=Lake(args.home / "lake"))
     started = time.perf_counter()
-    records = win.TradeSource().read(ctx, (0, win.ALIGN_US + 60 * 365 * win.US_PER_DAY))
+    records = TradeSource().read(ctx, (0, win.ALIGN_US + 60 * 365 * win.US_PER_DAY))
     print(f"{len(records):,} completed trades read and routed in {time.perf_counter() - started:.1f} s (not timed)")
     last_day = int(records.ts.max()) // win.US_PER_DAY
     days = [last_day - i for i in range(args.days)][::-1]

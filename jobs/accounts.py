@@ -105,10 +105,10 @@ from pyspark.sql import functions as F
 
 from jobs import prospect
 from jobs.collect import collect_parts
+from jobs.landing import CUSTOMER_MGMT_SOURCE, nondelimited_source_for_file, source_for_file
 from jobs.messages import ALERT, alerts
 from jobs.scd2 import BATCH, END_OF_TIME, TS, build_versions, present_flag, surrogate_key, version_changes
 from jobs.scope import BatchScope
-from jobs.stage import CUSTOMER_MGMT_SOURCE, nondelimited_source_for_file, source_for_file
 from schemas import sources as src
 from schemas import warehouse as wh
 from schemas.model import Table, spark_type

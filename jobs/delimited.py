@@ -1,6 +1,6 @@
 """Parse delimited source lines (pipe- or comma-separated) into typed rows, with Arrow's C++ kernels.
 
-A delimited file is already split into numbered lines in the driver (`jobs.stage.numbered_lines`); the fields
+A delimited file is already split into numbered lines in the driver (`jobs.landing.numbered_lines`); the fields
 are split here and typed by `jobs.fields`, column by column, without a round trip through the JVM (measured on
 SF 3's Batch1: see `bench/README.md`). A line is bad when it is empty, has the wrong number of fields, has a
 value that is not of its declared type, leaves a required field empty, or has an action code outside its set

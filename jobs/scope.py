@@ -148,7 +148,7 @@ def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
                 known_before.add(r["source_batch"])
             elif r["source_batch"] not in known_before:
                 newly.add(r["source_batch"])
-    from jobs.stage import nondelimited_source_for_file, source_for_file
+    from jobs.landing import nondelimited_source_for_file, source_for_file
 
     sources = set()
     for f in files:

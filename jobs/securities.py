@@ -67,11 +67,11 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from jobs.landing import FINWIRE as FINWIRE_SOURCE
+from jobs.landing import nondelimited_source_for_file, source_for_file
 from jobs.messages import ALERT, alerts
 from jobs.scd2 import END_OF_TIME, build_versions, hashed_surrogate_key, surrogate_key, valid_at, version_changes
 from jobs.scope import BatchScope
-from jobs.stage import FINWIRE as FINWIRE_SOURCE
-from jobs.stage import nondelimited_source_for_file, source_for_file
 from schemas import sources as src
 from schemas import warehouse as wh
 from schemas.model import Table

@@ -10,9 +10,9 @@ and holds the combination of its two halves (level 0 is the slice itself). A win
 union of at most two blocks per level (`decompose`: a range query on a segment tree whose leaves are the slices),
 so every window -- tumbling, sliding, any size -- is combined from a few blocks, and every block is shared by all
 the windows that cover it. Two users:
-- the live windows (`jobs.windows`) build the blocks in memory from the slices of the time they recompute and
+- the live windows (`jobs.windows_slices`) build the blocks in memory from the slices of the time they recompute and
   answer every declared window from them;
-- FactMarketHistory's 52-week high and low (`jobs.market_history`) keeps its blocks of days in
+- FactMarketHistory's 52-week high and low (`jobs.market_slices`) keeps its blocks of days in
   `staging.market_slices` between micro-batches, since its windows reach a year back.
 
 Keys pack (key code, level, block) into one int64 (`block_keys`), so that lookups are one `searchsorted`.

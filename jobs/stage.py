@@ -24,142 +24,40 @@ The two sources that are not delimited (Batch1 only) follow the same rules (`job
   value not of its type, or XML the parser cannot read is rejected (`line` holds the action as JSON, or the
   unreadable text); a malformed action does not keep the others of its file from being read.
 
-Pure parts: `jobs.delimited`, `jobs.finwire`, `jobs.customer_mgmt.check_actions`. Edges here: `numbered_lines`
-and `run`.
+Where the parts are: which source a file is, and its bytes and numbered lines as registered: `jobs.landing`; the
+parse of one source's files per kind, with its rejects and per-file counts: `jobs.stage_parse` (typing: pure
+`jobs.delimited`, `jobs.finwire`, `jobs.customer_mgmt.check_actions`); this module is the step (`run`): the
+parses overlapped with the commits, the ordering contract and the suites before each staging table's commit.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import functools
-import hashlib
 import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import audit_figures, customer_mgmt, delimited, fields, finwire, ordering
-from schemas import finwire as fw
+from jobs import audit_figures, ordering
+from jobs.landing import FINWIRE, is_audit, nondelimited_source_for_file, source_for_file
+from jobs.stage_parse import FileReport, Parsed, concat_as, stage_customer_mgmt, stage_finwire, stage_source
 from schemas.model import SourceFile, Table
 from schemas.ordering import contract_for
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
-from schemas.sources import ALL_SOURCES, AUDIT_PATTERN, CUSTOMER_MGMT_PATTERN, sources_for_batch
-from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
+from schemas.sources import ALL_SOURCES
+from schemas.staging import REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
-from streamdi.collector import read_landed
 from streamdi.context import JobContext
-from streamdi.errors import LandingFileError
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
-
-FINWIRE = "FINWIRE"  # source names of the non-delimited files (rejects, reports)
-CUSTOMER_MGMT_SOURCE = "CustomerMgmt"
-
-
-def source_for_file(
-    file: str, source_batch: int = 1, sources: tuple[SourceFile, ...] | None = None
-) -> SourceFile | None:
-    """The declared source whose pattern matches the file's name (None if no source matches).
-
-    `source_batch` (the file's TPC-DI batch) picks the Batch1 or the incremental (CDC) variant of a source
-    that has both, e.g. `Trade.txt`; `*_audit.csv` files are expected counts, never data (None).
-    """
-    name = PurePosixPath(file).name
-    if fnmatch.fnmatchcase(name, AUDIT_PATTERN):
-        return None
-    sources = sources_for_batch(source_batch) if sources is None else sources
-    matches = [s for s in sources if fnmatch.fnmatchcase(name, s.pattern)]
-    if len(matches) > 1:
-        raise ValueError(f"{file} matches several sources: {[s.name for s in matches]}")
-    return matches[0] if matches else None
-
-
-def nondelimited_source_for_file(file: str, source_batch: int = 1) -> str | None:
-    """`FINWIRE` or `CustomerMgmt` for a Batch1 file of those sources (matched by name), else None."""
-    name = PurePosixPath(file).name
-    if source_batch != 1 or fnmatch.fnmatchcase(name, AUDIT_PATTERN):
-        return None
-    if fnmatch.fnmatchcase(name, fw.FINWIRE_PATTERN):
-        return FINWIRE
-    if fnmatch.fnmatchcase(name, CUSTOMER_MGMT_PATTERN):
-        return CUSTOMER_MGMT_SOURCE
-    return None
-
-
-NO_LINE_ENDING = "the file ends inside this line, without a line ending: it may have been cut short (truncated)"
-
-
-def numbered_lines(path: str) -> tuple[pa.Table, pa.Table]:
-    """`(lines, undecodable)` of a text file, split in Arrow's C++ kernels (any byte may occur inside a line):
-    `line_no`, `line` of the lines that are valid UTF-8, and `line_no`, `line`, `reason` of the others, whose text
-    shows each invalid byte as `\\xNN`. A line is never repaired: an undecodable one is a reject."""
-    return lines_of(read_landed(path))
-
-
-def lines_of(data: bytes) -> tuple[pa.Table, pa.Table]:
-    """`numbered_lines` of a file's bytes."""
-    parts = pc.split_pattern(pa.array([data], pa.large_binary()), pattern=b"\n")[0].values
-    if len(parts) and parts[-1].as_py() == b"":  # the newline that ends the last line opens no new line
-        parts = parts.slice(0, len(parts) - 1)
-    numbers = pa.array(range(1, len(parts) + 1), pa.int64())
-    try:
-        good, bad = parts.cast(pa.large_string()), None
-    except pa.ArrowInvalid:
-        valid = _valid_utf8(parts)  # only for a file with an invalid byte: Arrow has no per-value check
-        good = parts.filter(valid).cast(pa.large_string())
-        bad = pa.table({"line_no": numbers.filter(pc.invert(valid)), "raw": parts.filter(pc.invert(valid))})
-        numbers = numbers.filter(valid)
-    lines = pa.table({"line_no": numbers, "line": _without_cr(good)})
-    return lines, _undecodable(bad)
-
-
-def _without_cr(lines: pa.Array) -> pa.Array:
-    return pc.replace_substring_regex(lines, pattern="\r$", replacement="")
-
-
-def _valid_utf8(parts: pa.Array) -> pa.Array:
-    def ok(value: bytes) -> bool:
-        try:
-            value.decode("utf-8")
-        except UnicodeDecodeError:
-            return False
-        return True
-
-    return pa.array([ok(b) for b in parts.to_pylist()], pa.bool_())
-
-
-def _undecodable(bad: pa.Table | None) -> pa.Table:
-    """`line_no`, `line` (invalid bytes as `\\xNN`), `reason` of the lines that are not valid UTF-8."""
-    texts, reasons = [], []
-    for raw in [] if bad is None else bad["raw"].to_pylist():
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            reasons.append(f"not valid UTF-8: byte 0x{raw[err.start]:02x} at byte {err.start + 1} of the line")
-        texts.append(raw.decode("utf-8", errors="backslashreplace"))
-    numbers = pa.array([], pa.int64()) if bad is None else bad["line_no"]
-    text = _without_cr(pa.array(texts, pa.large_string()))
-    return pa.table({"line_no": numbers, "line": text, "reason": pa.array(reasons, pa.large_string())})
-
-
-@dataclass
-class FileReport:
-    file: str
-    source: str | None
-    read: int
-    staged: int
-    rejected: int
-    quarantined: int = 0  # moved to quality.quarantine by a quarantine check
-    held: int = 0  # kept out because a halt check failed on its table (staged when the batch is resumed)
 
 
 @dataclass
@@ -193,21 +91,14 @@ class StageReport:
     @property
     def audit_files(self) -> list[str]:
         """`*_audit.csv` files: expected counts for the audit, not data."""
-        return [f.file for f in self.files if f.source is None and _is_audit(f.file) and f.file not in self.duplicates]
+        return [f.file for f in self.files if f.source is None and is_audit(f.file) and f.file not in self.duplicates]
 
     @property
     def unknown_files(self) -> list[str]:
         """Files that match no declared source (registered in the batch log, not staged)."""
         return [
-            f.file for f in self.files if f.source is None and not _is_audit(f.file) and f.file not in self.duplicates
+            f.file for f in self.files if f.source is None and not is_audit(f.file) and f.file not in self.duplicates
         ]
-
-
-def _is_audit(file: str) -> bool:
-    return fnmatch.fnmatchcase(PurePosixPath(file).name, AUDIT_PATTERN)
-
-
-Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(staging table, rows)], rejects, counts)
 
 
 def run(
@@ -267,7 +158,7 @@ def run(
             (finwire_files if kind == FINWIRE else xml_files).append(bf)
             continue
         if source is None:
-            if not _is_audit(bf.file):
+            if not is_audit(bf.file):
                 log.warning("batch %s: %s matches no declared source; registered but not staged", batch_id, bf.file)
             report.files.append(FileReport(bf.file, None, 0, 0, 0))
             continue
@@ -318,7 +209,7 @@ def run(
         report.files.extend(counts)
         rejects.append(rejected)
     if rejects:
-        ctx.lake.append(REJECTS, _concat(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
+        ctx.lake.append(REJECTS, concat_as(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
     _commit_quality(ctx, batch_id, attempt, results, quarantined)
     audit_figures.stage(ctx, batch_id, files)  # expected counts of *_audit.csv files, for `streamdi audit`
     arrival = {bf.file: i for i, bf in enumerate(files)}
@@ -381,9 +272,9 @@ def _commit_quality(
     attempt is skipped; quarantined rows are keyed, so a resumed attempt upserts the same rows again)."""
     if results:
         ctx.lake.append(
-            QUALITY_RESULTS, _concat(results, QUALITY_RESULTS), app_id=f"stage/quality/{attempt}", version=batch_id
+            QUALITY_RESULTS, concat_as(results, QUALITY_RESULTS), app_id=f"stage/quality/{attempt}", version=batch_id
         )
-    rows = _concat(quarantined, QUARANTINE) if quarantined else None
+    rows = concat_as(quarantined, QUARANTINE) if quarantined else None
     if rows is not None and rows.num_rows:
         ctx.lake.upsert(QUARANTINE, rows, app_id=f"stage/quarantine/{attempt}", version=batch_id)
 
@@ -418,143 +309,3 @@ def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
             pool.shutdown(wait=True, cancel_futures=True)
 
     return results()
-
-
-def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
-    """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
-    lines, undecodable, read = _landing_lines(ctx, batch_id, files)
-    parsed, bad = delimited.parse_delimited(lines, source)
-    staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
-    rejected = _concat(
-        [_with_batch(t, batch_id, source.name).select(REJECTS.column_names) for t in (bad, undecodable)], REJECTS
-    )
-    return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
-
-
-def _landing_lines(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> tuple[pa.Table, pa.Table, list[int]]:
-    """Numbered lines of all `files` with `source_file` and `source_batch`: the valid UTF-8 ones, the others (with
-    their `reason`: not UTF-8, or the last line of a file that does not end with a line ending), and the line count
-    of each file."""
-    parts, undecodable, read = [], [], []
-    for bf in files:
-        data = read_registered(ctx, batch_id, bf)
-        lines, bad = lines_of(data)
-        if data and not data.endswith(b"\n"):
-            lines, bad = _cut_short(lines, bad)
-        parts.append(_with_file(lines, bf))
-        undecodable.append(_with_file(bad, bf))
-        read.append(lines.num_rows + bad.num_rows)
-    return pa.concat_tables(parts), pa.concat_tables(undecodable), read
-
-
-def read_registered(ctx: JobContext, batch_id: int, bf: BatchFile) -> bytes:
-    """The bytes of a file of micro-batch `batch_id`, as the collector registered them (its SHA-256); raises
-    `LandingFileError` when the file is gone or holds other bytes."""
-    try:
-        data = read_landed(ctx.settings.landing_dir / bf.file)
-    except FileNotFoundError:
-        raise LandingFileError(
-            f"{bf.file} of micro-batch {batch_id} is no longer in the landing zone: it was renamed, moved or deleted "
-            f"after it was collected. Put it back under this name and stage the micro-batch again, or skip it "
-            f"(streamdi batch skip {batch_id} --reason ...)"
-        ) from None
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != bf.sha256:
-        raise LandingFileError(
-            f"{bf.file} of micro-batch {batch_id} changed after it was collected (SHA-256 {bf.sha256[:12]}... when "
-            f"collected, {digest[:12]}... now): other bytes were written or renamed onto its name. Put the collected "
-            f"file back and stage the micro-batch again (deliver a correction under a new name), or skip it "
-            f"(streamdi batch skip {batch_id} --reason ...)"
-        )
-    return data
-
-
-def _cut_short(lines: pa.Table, undecodable: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """`lines`, `undecodable` of a file whose last line has no line ending, with that line rejected (`NO_LINE_ENDING`,
-    after its UTF-8 reason if it has one)."""
-    last = max(pc.max(lines["line_no"]).as_py() or 0, pc.max(undecodable["line_no"]).as_py() or 0)
-    in_lines = pc.equal(lines["line_no"], last)
-    cut = lines.filter(in_lines)
-    cut = cut.append_column("reason", pa.array([NO_LINE_ENDING] * cut.num_rows, pa.large_string()))
-    reason = pc.if_else(
-        pc.equal(undecodable["line_no"], last),
-        fields.join(undecodable["reason"], f"; {NO_LINE_ENDING}"),
-        undecodable["reason"],
-    )
-    undecodable = undecodable.set_column(undecodable.column_names.index("reason"), "reason", reason)
-    return lines.filter(pc.invert(in_lines)), pa.concat_tables([undecodable, cut.select(undecodable.column_names)])
-
-
-def _with_file(lines: pa.Table, bf: BatchFile) -> pa.Table:
-    n = lines.num_rows
-    return lines.append_column("source_file", pa.array([bf.file] * n, pa.large_string())).append_column(
-        "source_batch", pa.array([bf.source_batch] * n, pa.int32())
-    )
-
-
-def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
-    n = checked.num_rows
-    return checked.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
-        "source", pa.array([source] * n, pa.large_string())
-    )
-
-
-def _reconcile(
-    batch_id: int, source: str, files: list[BatchFile], read: list[int], staged: list[pa.Table], rejected: pa.Table
-) -> list[FileReport]:
-    """Per-file counts; raises unless read = staged + rejected for every file (a bug, not bad data)."""
-    counts = []
-    for bf, n_read in zip(files, read, strict=True):
-        n_staged = sum(pc.sum(pc.equal(t["source_file"], bf.file)).as_py() or 0 for t in staged)
-        n_rejected = pc.sum(pc.equal(rejected["source_file"], bf.file)).as_py() or 0
-        if n_read != n_staged + n_rejected:
-            raise AssertionError(f"{bf.file}: read {n_read} != staged {n_staged} + rejected {n_rejected}")
-        if n_rejected:
-            log.warning("batch %s: %s: %d of %d rejected", batch_id, bf.file, n_rejected, n_read)
-        counts.append(FileReport(bf.file, source, n_read, n_staged, n_rejected))
-    return counts
-
-
-def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
-    """Parse all FINWIRE `files` of a batch (`jobs.finwire`): ([(CMP/SEC/FIN staging table, staged rows)], rejected
-    rows, per-file counts)."""
-    lines, undecodable, read = _landing_lines(ctx, batch_id, files)
-    parsed, rejected = finwire.parse_finwire(lines)
-    staged = {
-        code: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
-        for code, rows in parsed.items()
-    }
-    rejects = _concat(
-        [_with_batch(t, batch_id, FINWIRE).select(REJECTS.column_names) for t in (rejected, undecodable)], REJECTS
-    )
-    counts = _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
-    return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
-
-
-def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
-    """Parse CustomerMgmt.xml `files` (`jobs.customer_mgmt`, in the driver, no Spark): ([(its staging table, staged
-    actions)], rejected actions, per-file counts); `read` counts the actions the parser found (an unreadable stretch
-    of XML counts as one rejected action)."""
-    staged, rejected, read = [], [], []
-    for bf in files:
-        raw = customer_mgmt.raw_actions(read_registered(ctx, batch_id, bf))
-        n = raw.num_rows
-        raw = raw.add_column(1, "source_file", pa.array([bf.file] * n, pa.large_string())).add_column(
-            2, "source_batch", pa.array([bf.source_batch] * n, pa.int32())
-        )
-        rows = _with_batch(customer_mgmt.check_actions(raw), batch_id, CUSTOMER_MGMT_SOURCE)
-        read.append(rows.num_rows)
-        good = pc.equal(rows["reason"], "")
-        staged.append(rows.filter(good).select(CUSTOMER_MGMT.column_names))
-        bad = rows.filter(pc.invert(good)).rename_columns(
-            ["line_no" if c == "action_seq" else c for c in rows.column_names]
-        )
-        rejected.append(bad.select(REJECTS.column_names))
-    staged_rows, rejects = _concat(staged, CUSTOMER_MGMT), _concat(rejected, REJECTS)
-    counts = _reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
-    return [(CUSTOMER_MGMT, staged_rows)], rejects, counts
-
-
-def _concat(parts: list[pa.Table], table: Table) -> pa.Table:
-    """One Arrow table of `parts` in the declared schema (parts from different Spark plans differ in nullability)."""
-    return pa.concat_tables([p.cast(table.arrow_schema()) for p in parts])

@@ -32,7 +32,7 @@ TRADE_HOLDS = Table(
     doc="Trades waiting for their account, security or first record (T3), and those rejected when their batch ended.",
 )
 
-# The partial aggregates FactMarketHistory's 52-week windows are combined from (step T4, `jobs.market_history`):
+# The partial aggregates FactMarketHistory's 52-week windows are combined from (step T4, `jobs.market_slices`):
 # per security, the highest DM_HIGH and the lowest DM_LOW (each with its first day) of every aligned block of
 # 2**level days (block number `block` covers days block * 2**level .. (block + 1) * 2**level - 1, counted from
 # 1970-01-01), for levels 1..8; level 0, the day itself, is the DailyMarket record. A window is combined from the

@@ -410,7 +410,8 @@ def source_by_name(name: str) -> SourceFile:
     raise KeyError(f"unknown source {name!r}; known: {[s.name for s in ALL_SOURCES]}")
 
 
-# How jobs.stage finds and reads CustomerMgmt.xml (Batch1 only, like FINWIRE, whose pattern is in schemas.finwire).
+# How jobs.landing finds and jobs.customer_mgmt reads CustomerMgmt.xml (Batch1 only, like FINWIRE, whose pattern is
+# in schemas.finwire).
 # The row tag is each action (`TPCDI:Action`, never the root `TPCDI:Actions`); `jobs.customer_mgmt` matches its
 # prefix through the namespace the file binds it to, and writes attributes with a leading `_` in a rejected
 # action's JSON (`_ActionType`, `Customer._C_ID`), as Spark's XML reader, which read the file before, did.

@@ -20,7 +20,7 @@ from schemas import warehouse as wh
 from schemas import windows as ws
 from streamdi.lake import Lake
 
-LATE = "Late record past grace"  # = jobs.windows.LATE (the report does not import the jobs)
+LATE = "Late record past grace"  # = jobs.windows_lateness.LATE (the report does not import the jobs)
 ALERT_SOURCES = ("TradeWindows", "MarketWindows")
 
 

@@ -2,7 +2,7 @@
 
 Every delimited file of `BatchK` is cut into `parts` contiguous pieces (in file order, so CDC_DSN order is kept
 inside a piece) named `<Source>_batchK_<part>.<ext>` (e.g. `Trade_batch2_0003.txt`: the collector reads the
-TPC-DI batch from the name and `jobs.stage` the source). Files that are not line-delimited (CustomerMgmt.xml,
+TPC-DI batch from the name and `jobs.landing` the source). Files that are not line-delimited (CustomerMgmt.xml,
 FINWIRE) travel whole. Faults, each drawn with its probability from a generator seeded by (seed, batch):
 
 - disorder: a piece swaps its delivery slot with the one after it;

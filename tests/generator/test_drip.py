@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jobs.stage import source_for_file
+from jobs.landing import source_for_file
 from schemas import sources as src
 from streamdi.collector import scan_landing, source_batch_of
 from streamdi.generator.drip import DripOptions, drip, plan

@@ -8,7 +8,7 @@ import pytest
 from conftest import read_lines
 
 from jobs.delimited import parse_delimited
-from jobs.stage import numbered_lines, source_for_file
+from jobs.landing import numbered_lines, source_for_file
 
 pytestmark = pytest.mark.integration
 

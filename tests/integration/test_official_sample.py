@@ -11,7 +11,7 @@ import pytest
 from builders import SHARED_SAMPLE
 
 from jobs.delimited import parse_delimited
-from jobs.stage import numbered_lines, source_for_file
+from jobs.landing import numbered_lines, source_for_file
 from schemas import sources as src
 
 pytestmark = [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.stage import source_for_file
+from jobs.landing import source_for_file
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchLog

@@ -10,7 +10,7 @@ import pytest
 from builders import SHARED_SAMPLE, deliver, source_line, write_landing_file
 
 from jobs.delimited import parse_delimited
-from jobs.stage import numbered_lines, source_for_file
+from jobs.landing import numbered_lines, source_for_file
 from schemas import sources as src
 from schemas.staging import REJECTS
 from streamdi.batchlog import BatchLog

@@ -21,7 +21,7 @@ from builders import SHARED_SAMPLE, write_landing_file
 
 from jobs.customer_mgmt import read_actions
 from jobs.finwire import parse_finwire
-from jobs.stage import nondelimited_source_for_file, numbered_lines, source_for_file
+from jobs.landing import nondelimited_source_for_file, numbered_lines, source_for_file
 from schemas.quality import QUALITY_RESULTS
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchLog

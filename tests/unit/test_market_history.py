@@ -1,4 +1,5 @@
-"""FactMarketHistory's 52-week windows and P/E on hand-written data (`jobs.market_history`, pure functions).
+"""FactMarketHistory's 52-week windows and P/E on hand-written data (`jobs.market_slices`, `jobs.market_rows`,
+pure functions).
 
 The oracle is a from-scratch computation written here: for each day, look at every day of its 52 weeks and take
 the highest high and the lowest low (first day on ties). The slices must give exactly that, at the window's
@@ -13,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from jobs import market_history as mh
+from jobs import market_rows as mr
+from jobs import market_slices as ms
 
 EPOCH = dt.date(1970, 1, 1)
 
@@ -34,23 +36,23 @@ def from_scratch(codes, days, highs, lows):
 
 
 def by_slices(codes, days, highs, lows, known=None):
-    store = mh.Slices.of(mh.block_keys(codes, 0, days), mh.high_words(highs, days), mh.low_words(lows, days))
-    fresh = mh.rebuild_slices(mh.affected_blocks(codes, days), [store])
-    high, low = mh.window_extremes(codes, days, [fresh, store])
-    hc, hd = mh.decode_high(high)
-    lc, ld = mh.decode_low(low)
+    store = ms.Slices.of(ms.block_keys(codes, 0, days), ms.high_words(highs, days), ms.low_words(lows, days))
+    fresh = ms.rebuild_slices(ms.affected_blocks(codes, days), [store])
+    high, low = ms.window_extremes(codes, days, [fresh, store])
+    hc, hd = ms.decode_high(high)
+    lc, ld = ms.decode_low(low)
     return list(zip(hc.tolist(), hd.tolist(), lc.tolist(), ld.tolist(), strict=True)), fresh
 
 
 def test_windows_cover_exactly_the_52_weeks_ending_on_the_day_with_at_most_two_blocks_per_level():
     days = np.arange(day("2015-12-01"), day("2017-03-01"))
-    q, level, block = mh.window_nodes(days)
+    q, level, block = ms.window_nodes(days)
     for i, d in enumerate(days):
         mine = q == i
         covered = sorted(x for k, b in zip(level[mine], block[mine], strict=True) for x in range(b << k, (b + 1) << k))
         assert covered == list(range(d - 363, d + 1))  # every day once, none outside
         assert np.bincount(level[mine]).max() <= 2
-    assert level.max() <= mh.LEVELS
+    assert level.max() <= ms.LEVELS
 
 
 def test_a_high_counts_for_exactly_364_days_and_ties_go_to_the_first_day():
@@ -99,23 +101,23 @@ def test_days_arriving_in_micro_batches_in_any_order_give_the_whole_load_windows
     lows = rng.integers(1, 50, len(days))
     expected = from_scratch(codes, days, highs, lows)
     whole, whole_slices = by_slices(codes, days, highs, lows)
-    all_days = mh.Slices.of(mh.block_keys(codes, 0, days), mh.high_words(highs, days), mh.low_words(lows, days))
+    all_days = ms.Slices.of(ms.block_keys(codes, 0, days), ms.high_words(highs, days), ms.low_words(lows, days))
     order = rng.permutation(len(days))  # arrival order: any
-    stored = mh.Slices.empty()
+    stored = ms.Slices.empty()
     seen = np.zeros(len(days), dtype=bool)
     for chunk in np.array_split(order, parts):
         seen[chunk] = True
-        changed = mh.affected_blocks(codes[chunk], days[chunk])
+        changed = ms.affected_blocks(codes[chunk], days[chunk])
         # what the edge reads can see: the days staged so far, and the slices stored so far
-        staged = mh.Slices(all_days.keys[seen], all_days.highs[seen], all_days.lows[seen])
-        fresh = mh.rebuild_slices(changed, [staged, stored])
+        staged = ms.Slices(all_days.keys[seen], all_days.highs[seen], all_days.lows[seen])
+        fresh = ms.rebuild_slices(changed, [staged, stored])
         stored = stored.union(fresh)
         # the windows of the new days and of the later days whose windows hold one of them
         first = days[chunk].min()
         redo = seen & (days >= first) & (days <= days[chunk].max() + 363)
-        high, low = mh.window_extremes(codes[redo], days[redo], [fresh, staged, stored])
-        hc, hd = mh.decode_high(high)
-        lc, ld = mh.decode_low(low)
+        high, low = ms.window_extremes(codes[redo], days[redo], [fresh, staged, stored])
+        hc, hd = ms.decode_high(high)
+        lc, ld = ms.decode_low(low)
         for i, got in zip(np.flatnonzero(redo), zip(hc, hd, lc, ld, strict=True), strict=True):
             # a window is exact once every day of it has arrived; the last micro-batch makes all of them so
             if seen[(days >= days[i] - 363) & (days <= days[i])].all():
@@ -139,12 +141,12 @@ def test_pe_from_the_four_quarters_before_the_day_and_fewer_when_there_are_fewer
     )
     # 70 and 71 are two versions of company 7
     companies = pa.table({"sk_companyid": pa.array([70, 71, 80], pa.int64()), "companyid": [7, 7, 8]})
-    eps = mh.earnings(financials, companies)
+    eps = mr.earnings(financials, companies)
     ciks = pa.array([7, 7, 7, 8, 8, 9], pa.int64())
     days = np.array(
         [day(d) for d in ("2017-01-01", "2017-03-31", "2017-04-01", "2017-01-15", "2016-12-31", "2017-05-01")]
     )
-    total, quarters = mh.last_four_quarters(ciks, days, eps)
+    total, quarters = mr.last_four_quarters(ciks, days, eps)
     # 2017 Q1 days: 2016 Q1..Q4 = 4.00; 2017 Q2: 2016 Q2..2017 Q1 = 5.50; company 8 in 2017 Q1: one quarter;
     # company 8 in 2016 Q4: none before; company 9: no Financial at all
     assert total.tolist() == [400, 400, 550, 40, 0, 0]
@@ -153,7 +155,7 @@ def test_pe_from_the_four_quarters_before_the_day_and_fewer_when_there_are_fewer
 
 def test_rounding_of_pe_and_yield_is_half_up_in_cents():
     # close 10.00 / EPS 3.00 = 3.333.. -> 3.33; close 10.00 / EPS 0.08 = 125.00; -10.01 / 4.00 = -2.5025 -> -2.50
-    assert mh.ao.divide_round_half_up(np.array([1000, 1000, -1001]) * 100, np.array([300, 8, 400])).tolist() == [
+    assert mr.ao.divide_round_half_up(np.array([1000, 1000, -1001]) * 100, np.array([300, 8, 400])).tolist() == [
         333,
         12500,
         -250,
@@ -161,10 +163,10 @@ def test_rounding_of_pe_and_yield_is_half_up_in_cents():
 
 
 def test_only_slices_that_differ_from_the_stored_ones_are_committed():
-    stored = mh.Slices.of(np.array([3, 1, 2]), np.array([30, 10, 20]), np.array([-3, -1, -2]))
-    fresh = mh.Slices.of(np.array([1, 2, 3, 4]), np.array([10, 21, 30, 40]), np.array([-1, -2, -9, -4]))
+    stored = ms.Slices.of(np.array([3, 1, 2]), np.array([30, 10, 20]), np.array([-3, -1, -2]))
+    fresh = ms.Slices.of(np.array([1, 2, 3, 4]), np.array([10, 21, 30, 40]), np.array([-1, -2, -9, -4]))
     changed = fresh.differing_from(stored)
     assert changed.keys.tolist() == [2, 3, 4]  # 2: a new high; 3: a new low; 4: not stored
     assert changed.highs.tolist() == [21, 30, 40]
     assert changed.lows.tolist() == [-2, -9, -4]
-    assert len(fresh.differing_from(mh.Slices.empty())) == 4
+    assert len(fresh.differing_from(ms.Slices.empty())) == 4

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.stage import numbered_lines
+from jobs.landing import numbered_lines
 
 
 @pytest.mark.parametrize(

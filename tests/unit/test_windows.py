@@ -13,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 from jobs import slicing
-from jobs import windows as win
+from jobs import windows_lateness as lateness
+from jobs import windows_routing as routing
+from jobs import windows_slices as wslices
 from schemas import windows as ws
 
 H = dt.timedelta(hours=1)
@@ -25,11 +27,11 @@ def t(text: str) -> int:
     return (dt.datetime.fromisoformat(text) - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
 
 
-def trades(rows: list[tuple], batch: int = 2) -> win.Records:
+def trades(rows: list[tuple], batch: int = 2) -> wslices.Records:
     """Trade records (time, sector, broker, quantity, price in cents[, batch])."""
     n = len(rows)
     quantity = np.array([r[3] for r in rows], np.int64)
-    return win.Records(
+    return wslices.Records(
         ts=np.array([t(r[0]) for r in rows], np.int64),
         batch=np.array([r[5] if len(r) > 5 else batch for r in rows], np.int64),
         ident=pa.array([f"T_ID={i}" for i in range(n)], pa.large_string()),
@@ -48,10 +50,12 @@ def trades(rows: list[tuple], batch: int = 2) -> win.Records:
     )
 
 
-def rows_of(windows: tuple[ws.Window, ...], records: win.Records, span: tuple[int, int] | None = None) -> list[tuple]:
+def rows_of(
+    windows: tuple[ws.Window, ...], records: wslices.Records, span: tuple[int, int] | None = None
+) -> list[tuple]:
     """(window, level, node, start, trades, value in cents) of the rows of `windows` over `span` (all time)."""
     span = span or (0, t("2100-01-01"))
-    out = win.results(ws.TRADES, records, windows, span, ws.TRADE_WINDOWS)
+    out = wslices.results(ws.TRADES, records, windows, span, ws.TRADE_WINDOWS)
     return [
         (
             r["window_name"],
@@ -96,7 +100,7 @@ def test_tumbling_windows_at_their_edges():
         ("weekly", "sector", "TC", "2017-07-03 00:00", 3, 6000),
         ("weekly", "sector", "TC", "2017-07-10 00:00", 1, 4000),
     ]
-    out = win.results(ws.TRADES, records, (WEEKLY,), (0, t("2100-01-01")), ws.TRADE_WINDOWS).to_pylist()
+    out = wslices.results(ws.TRADES, records, (WEEKLY,), (0, t("2100-01-01")), ws.TRADE_WINDOWS).to_pylist()
     assert [r["window_end"].strftime("%Y-%m-%d %H:%M") for r in out] == ["2017-07-10 00:00", "2017-07-17 00:00"]
 
 
@@ -138,7 +142,7 @@ def test_records_in_any_order_give_the_same_windows():
 
 def test_a_late_record_is_reported_and_counts_in_no_window():
     latest = {1: t("2017-07-07 22:00"), 2: t("2017-07-08 21:00")}
-    grace = win.us(D)
+    grace = wslices.us(D)
     rows = [
         ("2017-07-08 10:00", "TC", "b1", 1, 100, 2),  # batch 2, after batch 1's latest: on time
         ("2017-07-06 22:00", "TC", "b1", 1, 200, 2),  # exactly the watermark minus the grace: on time (inside it)
@@ -146,13 +150,13 @@ def test_a_late_record_is_reported_and_counts_in_no_window():
         ("2017-07-01 00:00", "TC", "b1", 1, 800, 1),  # batch 1 has no watermark: never late
     ]
     records = trades(rows)
-    late = win.late_mask(records.ts, records.batch, latest, grace)
+    late = lateness.late_mask(records.ts, records.batch, latest, grace)
     assert late.tolist() == [False, False, True, False]
     assert rows_of((WEEKLY,), records.filter(~late)) == [
         ("weekly", "sector", "TC", "2017-06-26 00:00", 1, 800),
         ("weekly", "sector", "TC", "2017-07-03 00:00", 2, 300),
     ]
-    alerts = win.late_alerts(ws.TRADES, records.filter(late), latest).to_pylist()
+    alerts = lateness.late_alerts(ws.TRADES, records.filter(late), latest).to_pylist()
     assert [(a["batchid"], a["messagesource"], a["messagetext"], a["messagekey"]) for a in alerts] == [
         (2, "TradeWindows", "Late record past grace", "T_ID=2")
     ]
@@ -164,16 +168,16 @@ def test_a_late_record_is_reported_and_counts_in_no_window():
 
 def test_watermarks_come_from_earlier_batches_and_their_moves_are_spans():
     latest = {1: 100, 2: 50, 3: 300}
-    assert win.watermarks(latest)(np.array([1, 2, 3, 4])).tolist() == [win.NO_TIME, 100, 100, 300]
+    assert lateness.watermarks(latest)(np.array([1, 2, 3, 4])).tolist() == [lateness.NO_TIME, 100, 100, 300]
     # batch 1 grows from 100 to 150: the watermarks of batches 2 and 3 move from 100 to 150
-    assert win.watermark_moves(latest, {1: 150, 2: 50, 3: 300}, 10) == [(90, 141), (90, 141)]
+    assert lateness.watermark_moves(latest, {1: 150, 2: 50, 3: 300}, 10) == [(90, 141), (90, 141)]
     # a first record of batch 1 makes the watermark of batch 2 appear: lateness may change from the start of time
-    assert win.watermark_moves({2: 50}, {1: 100, 2: 50}, 10) == [(0, 91)]
-    assert win.watermark_moves(latest, dict(latest), 10) == []
+    assert lateness.watermark_moves({2: 50}, {1: 100, 2: 50}, 10) == [(0, 91)]
+    assert lateness.watermark_moves(latest, dict(latest), 10) == []
 
 
 def sessions_of(rows: list[tuple]) -> list[tuple]:
-    out = win.results(ws.TRADES, trades(rows), (SESSIONS,), (0, t("2100-01-01")), ws.TRADE_WINDOWS).to_pylist()
+    out = wslices.results(ws.TRADES, trades(rows), (SESSIONS,), (0, t("2100-01-01")), ws.TRADE_WINDOWS).to_pylist()
     return [(r["node"], str(r["window_start"])[11:16], str(r["window_end"])[11:16], r["trades"]) for r in out]
 
 
@@ -194,7 +198,7 @@ def test_sessions_fuse_when_a_record_closes_the_gap():
 def test_a_session_reaching_into_the_span_is_recomputed_whole():
     records = trades([("2017-07-03 09:00", "TC", "a1", 1, 100), ("2017-07-03 09:40", "TC", "a1", 1, 100)])
     span = (t("2017-07-03 09:40"), t("2017-07-03 09:40") + 1)
-    out = win.results(ws.TRADES, records, (SESSIONS,), span, ws.TRADE_WINDOWS).to_pylist()
+    out = wslices.results(ws.TRADES, records, (SESSIONS,), span, ws.TRADE_WINDOWS).to_pylist()
     assert [(str(r["window_start"])[:16], r["trades"]) for r in out] == [("2017-07-03 09:00", 2)]
     # a stored session that reaches into the widened span widens the span to read
     stored = pa.table(
@@ -203,7 +207,7 @@ def test_a_session_reaching_into_the_span_is_recomputed_whole():
             "window_end": pa.array([t("2017-07-03 09:00")], pa.timestamp("us", tz="UTC")),
         }
     )
-    assert win.session_span(stored, span, win.us(H)) == (t("2017-07-03 05:00"), t("2017-07-03 10:40") + 1)
+    assert wslices.session_span(stored, span, wslices.us(H)) == (t("2017-07-03 05:00"), t("2017-07-03 10:40") + 1)
 
 
 def test_a_hierarchy_change_inside_a_window_rolls_each_side_up_to_its_parent():
@@ -234,9 +238,9 @@ def test_a_hierarchy_change_inside_a_window_rolls_each_side_up_to_its_parent():
     )
     when = ["2017-07-03 10:00", "2017-07-04 23:59", "2017-07-05 00:00", "2017-07-06 12:00"]
     ts = np.array([t(w) for w in when], np.int64)
-    routes = win.security_routes(
+    routes = routing.security_routes(
         pa.array(["AAA"] * 4, pa.large_string()),
-        ts // win.US_PER_DAY,
+        ts // wslices.US_PER_DAY,
         pa.array([1] * 4, pa.int64()),
         securities,
         companies,
@@ -245,15 +249,15 @@ def test_a_hierarchy_change_inside_a_window_rolls_each_side_up_to_its_parent():
     assert routes[ws.COMPANY].to_pylist() == ["7"] * 4
     assert routes[ws.INDUSTRY].to_pylist() == ["SW", "SW", "BK", "BK"]
     assert routes[ws.SECTOR].to_pylist() == ["TC", "TC", "FN", "FN"]
-    records = win.Records(
+    records = wslices.Records(
         ts=ts,
         batch=np.full(4, 2, np.int64),
         ident=pa.array([f"T_ID={i}" for i in range(4)], pa.large_string()),
         nodes=routes,
-        measures={m: np.ones(4, np.int64) for m in win.MEASURES[ws.TRADES]},
+        measures={m: np.ones(4, np.int64) for m in wslices.MEASURES[ws.TRADES]},
     )
     week = ws.Window("w", ws.TRADES, ws.TUMBLING, 7 * D, (ws.COMPANY, ws.INDUSTRY, ws.SECTOR))
-    out = win.results(ws.TRADES, records, (week,), (0, t("2100-01-01")), ws.TRADE_WINDOWS).to_pylist()
+    out = wslices.results(ws.TRADES, records, (week,), (0, t("2100-01-01")), ws.TRADE_WINDOWS).to_pylist()
     assert [(r["level"], r["node"], r["trades"]) for r in out] == [
         ("company", "7", 4),
         ("industry", "BK", 2),
@@ -266,11 +270,11 @@ def test_a_hierarchy_change_inside_a_window_rolls_each_side_up_to_its_parent():
 def test_an_account_version_without_a_parent_change_reroutes_nothing():
     before = [(45, 100, 99999, (3, 8))]  # account 45: broker version 3, customer version 8, from day 100 on
     same = [(45, 100, 200, (3, 8)), (45, 200, 99999, (3, 8))]  # closed at day 200 by a version with the same parents
-    assert win.routing_changes(before, same) == []
+    assert routing.routing_changes(before, same) == []
     moved = [(45, 100, 200, (3, 8)), (45, 200, 99999, (4, 8))]  # the new version moves it to broker version 4
-    assert win.routing_changes(before, moved) == [(200, 99999)]
-    assert win.routing_changes([], [(46, 10, 20, (1, 1))]) == [(10, 20)]  # a new account: its days
-    assert win.routing_changes(before, []) == [(100, 99999)]  # a version that goes away
+    assert routing.routing_changes(before, moved) == [(200, 99999)]
+    assert routing.routing_changes([], [(46, 10, 20, (1, 1))]) == [(10, 20)]  # a new account: its days
+    assert routing.routing_changes(before, []) == [(100, 99999)]  # a version that goes away
 
 
 def test_two_hierarchies_over_the_same_records():

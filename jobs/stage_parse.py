@@ -1,0 +1,119 @@
+"""Parse of one source's landing files into staging rows (`jobs.stage`), per source kind: delimited sources
+(`stage_source`, typed by `jobs.delimited`), FINWIRE (`stage_finwire`, `jobs.finwire`) and CustomerMgmt.xml
+(`stage_customer_mgmt`, `jobs.customer_mgmt`).
+
+Each returns the staged rows per staging table, the rejected rows (`staging.rejects`, with file, line and reason)
+and the per-file counts (`FileReport`), and raises unless every file reconciles (lines or actions read = staged +
+rejected; a mismatch is a bug, not bad data). Where it sits: reads the files through `jobs.landing`; the step
+(`jobs.stage.run`) runs the parses, validates each table and commits it. No commit here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs import customer_mgmt, delimited, finwire
+from jobs.landing import CUSTOMER_MGMT_SOURCE, FINWIRE, landing_lines, read_registered
+from schemas.model import SourceFile, Table
+from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
+from streamdi.batchlog import BatchFile
+from streamdi.context import JobContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FileReport:
+    file: str
+    source: str | None
+    read: int
+    staged: int
+    rejected: int
+    quarantined: int = 0  # moved to quality.quarantine by a quarantine check
+    held: int = 0  # kept out because a halt check failed on its table (staged when the batch is resumed)
+
+
+Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(staging table, rows)], rejects, counts)
+
+
+def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
+    """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
+    lines, undecodable, read = landing_lines(ctx, batch_id, files)
+    parsed, bad = delimited.parse_delimited(lines, source)
+    staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
+    rejected = concat_as(
+        [_with_batch(t, batch_id, source.name).select(REJECTS.column_names) for t in (bad, undecodable)], REJECTS
+    )
+    return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
+
+
+def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
+    n = checked.num_rows
+    return checked.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
+        "source", pa.array([source] * n, pa.large_string())
+    )
+
+
+def _reconcile(
+    batch_id: int, source: str, files: list[BatchFile], read: list[int], staged: list[pa.Table], rejected: pa.Table
+) -> list[FileReport]:
+    """Per-file counts; raises unless read = staged + rejected for every file (a bug, not bad data)."""
+    counts = []
+    for bf, n_read in zip(files, read, strict=True):
+        n_staged = sum(pc.sum(pc.equal(t["source_file"], bf.file)).as_py() or 0 for t in staged)
+        n_rejected = pc.sum(pc.equal(rejected["source_file"], bf.file)).as_py() or 0
+        if n_read != n_staged + n_rejected:
+            raise AssertionError(f"{bf.file}: read {n_read} != staged {n_staged} + rejected {n_rejected}")
+        if n_rejected:
+            log.warning("batch %s: %s: %d of %d rejected", batch_id, bf.file, n_rejected, n_read)
+        counts.append(FileReport(bf.file, source, n_read, n_staged, n_rejected))
+    return counts
+
+
+def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
+    """Parse all FINWIRE `files` of a batch (`jobs.finwire`): ([(CMP/SEC/FIN staging table, staged rows)], rejected
+    rows, per-file counts)."""
+    lines, undecodable, read = landing_lines(ctx, batch_id, files)
+    parsed, rejected = finwire.parse_finwire(lines)
+    staged = {
+        code: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
+        for code, rows in parsed.items()
+    }
+    rejects = concat_as(
+        [_with_batch(t, batch_id, FINWIRE).select(REJECTS.column_names) for t in (rejected, undecodable)], REJECTS
+    )
+    counts = _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
+    return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
+
+
+def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
+    """Parse CustomerMgmt.xml `files` (`jobs.customer_mgmt`, in the driver, no Spark): ([(its staging table, staged
+    actions)], rejected actions, per-file counts); `read` counts the actions the parser found (an unreadable stretch
+    of XML counts as one rejected action)."""
+    staged, rejected, read = [], [], []
+    for bf in files:
+        raw = customer_mgmt.raw_actions(read_registered(ctx, batch_id, bf))
+        n = raw.num_rows
+        raw = raw.add_column(1, "source_file", pa.array([bf.file] * n, pa.large_string())).add_column(
+            2, "source_batch", pa.array([bf.source_batch] * n, pa.int32())
+        )
+        rows = _with_batch(customer_mgmt.check_actions(raw), batch_id, CUSTOMER_MGMT_SOURCE)
+        read.append(rows.num_rows)
+        good = pc.equal(rows["reason"], "")
+        staged.append(rows.filter(good).select(CUSTOMER_MGMT.column_names))
+        bad = rows.filter(pc.invert(good)).rename_columns(
+            ["line_no" if c == "action_seq" else c for c in rows.column_names]
+        )
+        rejected.append(bad.select(REJECTS.column_names))
+    staged_rows, rejects = concat_as(staged, CUSTOMER_MGMT), concat_as(rejected, REJECTS)
+    counts = _reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
+    return [(CUSTOMER_MGMT, staged_rows)], rejects, counts
+
+
+def concat_as(parts: list[pa.Table], table: Table) -> pa.Table:
+    """One Arrow table of `parts` in the declared schema (parts from different Spark plans differ in nullability)."""
+    return pa.concat_tables([p.cast(table.arrow_schema()) for p in parts])

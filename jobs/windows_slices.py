@@ -1,0 +1,212 @@
+"""Window rows from slices (step AG, `jobs.windows`): the aggregates of every declared window, combined from one
+set of slices per source and level.
+
+Where it sits: the sources (`jobs.windows_sources`) read a span of records from the lake and route them along
+the hierarchies into `Records`; this module turns them into the rows of `warehouse.trade_windows` or
+`warehouse.market_windows` (`results`), which the step (`jobs.windows`) compares with the stored rows. Pure: no
+lake, no clock.
+
+Per source and level, the records are cut into slices (`slice_partials`: per node and slice the sums, extremes,
+first and last event time), the slices into aligned blocks (`jobs.slicing.build_blocks`, the shared slicing
+mechanism), and every tumbling and sliding window of every declaration is combined from the blocks that cover it
+(`window_rows`); sessions fuse consecutive slices of a node whose records are less than the gap apart
+(`session_rows`). Adding a window adds its combinations, not another pass over the records (bench/windows.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs import arrow_ops as ao
+from jobs import slicing
+from schemas import windows as ws
+from schemas.model import Table
+
+US_PER_DAY = 86_400_000_000
+ALIGN_US = (ws.ALIGN - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+# measure -> operator, per source; `first` and `last` (event times) serve sessions
+MEASURES: dict[str, dict[str, str]] = {
+    ws.TRADES: {"trades": "sum", "quantity": "sum", "value": "sum", "commission": "sum", "fee": "sum"},
+    ws.MARKET: {"days": "sum", "volume": "sum", "high": "max", "low": "min"},
+}
+TIMES = {"first": "min", "last": "max"}
+MONEY = {"value": 18, "commission": 18, "fee": 18, "high": 8, "low": 8}  # cents -> decimal(precision, 2)
+
+
+def us(value: dt.timedelta) -> int:
+    return value // dt.timedelta(microseconds=1)
+
+
+@dataclass
+class Records:
+    """One source's records: event time (µs since 1970, UTC), TPC-DI batch, message key, node per level (NULL where
+    a level does not resolve) and measures (int64; money in cents)."""
+
+    ts: np.ndarray
+    batch: np.ndarray
+    ident: pa.Array
+    nodes: dict[str, pa.Array]
+    measures: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def filter(self, keep: np.ndarray) -> Records:
+        mask = pa.array(keep, pa.bool_())
+        return Records(
+            self.ts[keep],
+            self.batch[keep],
+            self.ident.filter(mask),
+            {k: v.filter(mask) for k, v in self.nodes.items()},
+            {k: v[keep] for k, v in self.measures.items()},
+        )
+
+
+def slice_index(ts: np.ndarray, unit_us: int) -> np.ndarray:
+    return np.floor_divide(np.asarray(ts, np.int64) - ALIGN_US, unit_us)
+
+
+def slice_partials(
+    records: Records, level: str, unit_us: int, ops: Mapping[str, str]
+) -> tuple[pa.Array, slicing.Partials]:
+    """The slices of one level: (its nodes, sorted; partials keyed by (node index, slice))."""
+    nodes = records.nodes[level]
+    has = np.asarray(pc.is_valid(nodes), dtype=bool) if len(nodes) else np.zeros(0, dtype=bool)
+    nodes = nodes.filter(pa.array(has, pa.bool_()))
+    distinct = pc.unique(nodes) if len(nodes) else nodes
+    distinct = distinct.take(pc.sort_indices(distinct)) if len(distinct) else distinct
+    codes = pc.index_in(nodes, value_set=distinct).to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = records.ts[has]
+    values = {n: records.measures[n][has] for n in ops if n not in TIMES}
+    values |= {"first": ts, "last": ts}
+    keys = slicing.block_keys(codes, 0, slice_index(ts, unit_us))
+    return distinct, slicing.Partials.of(keys, values, ops)
+
+
+def window_span(window: ws.Window, lo_us: int, hi_us: int) -> tuple[int, int]:
+    """(first, last) window number of the tumbling or sliding `window` whose windows overlap [lo_us, hi_us)."""
+    unit = us(ws.SLICE[window.source])
+    first_slice, last_slice = slice_index(np.array([lo_us]), unit)[0], slice_index(np.array([hi_us - 1]), unit)[0]
+    size, slide = window.size_slices, window.slide_slices
+    return int((first_slice - size) // slide + 1), int(last_slice // slide)
+
+
+def window_rows(
+    window: ws.Window, nodes: pa.Array, slices: slicing.Partials, tree: slicing.Partials, numbers: tuple[int, int]
+) -> dict[str, np.ndarray | pa.Array]:
+    """The windows numbered `numbers[0]..numbers[1]` of a tumbling or sliding `window` that hold a record of a node
+    (window k covers the slices k * slide .. k * slide + size - 1), combined from `tree`, the level's slices and
+    blocks (`slicing.build_blocks`, shared by every window of the level)."""
+    size, slide = window.size_slices, window.slide_slices
+    codes, _, s = slicing.key_parts(slices.keys)  # sorted by node, then slice
+    first = np.maximum(np.floor_divide(s - size, slide) + 1, numbers[0])  # the windows that hold each slice
+    last = np.minimum(np.floor_divide(s, slide), numbers[1])
+    has = first <= last
+    codes, first, last = codes[has], first[has], last[has]
+    # a node's slices hold overlapping runs of windows: merge them, then list each run's windows once
+    run = np.r_[True, (codes[1:] != codes[:-1]) | (first[1:] > last[:-1] + 1)] if len(codes) else codes > 0
+    starts = np.flatnonzero(run)
+    ends = np.r_[starts[1:], len(codes)][: len(starts)] - 1
+    lo_k, hi_k, run_codes = first[starts], last[ends], codes[starts]
+    counts = hi_k - lo_k + 1
+    c = np.repeat(run_codes, counts)
+    k = np.repeat(lo_k, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+    lo = k * slide
+    values = slicing.combine(c, lo, lo + size, tree, slicing.levels_for(size))
+    unit = us(ws.SLICE[window.source])
+    return {
+        "node": nodes.take(pa.array(c, pa.int64())),
+        "window_start": ALIGN_US + lo * unit,
+        "window_end": ALIGN_US + (lo + size) * unit,
+        **values,
+    }
+
+
+def session_rows(window: ws.Window, nodes: pa.Array, slices: slicing.Partials) -> dict[str, np.ndarray | pa.Array]:
+    """The sessions of every node: its slices fused while the next slice's first record is less than the gap
+    after the previous slice's last (a gap of at least one slice keeps each slice within one session)."""
+    gap = us(window.size)
+    codes, _, _ = slicing.key_parts(slices.keys)
+    first, last = slices.values["first"], slices.values["last"]
+    if len(codes) == 0:
+        return {
+            "node": nodes.take(pa.array([], pa.int64())),
+            "window_start": first,
+            "window_end": last,
+            **slices.values,
+        }
+    new = np.r_[True, (codes[1:] != codes[:-1]) | (first[1:] - last[:-1] >= gap)]
+    starts = np.flatnonzero(new)
+    values = {n: slicing.reduce_runs(op, slices.values[n], starts) for n, op in slices.ops.items()}
+    return {
+        "node": nodes.take(pa.array(codes[starts], pa.int64())),
+        "window_start": values["first"],
+        "window_end": values["last"] + gap,
+        **values,
+    }
+
+
+def results(
+    source: str, records: Records, windows: tuple[ws.Window, ...], span: tuple[int, int], table: Table
+) -> pa.Table:
+    """The rows of every declared window of `source` that the span [lo, hi) of event time touches (sessions: that
+    reach into it), from `records` (every on-time record those windows hold)."""
+    unit = us(ws.SLICE[source])
+    ops = MEASURES[source] | TIMES
+    parts = []
+    for level in sorted({lv for w in windows for lv in w.levels}):
+        nodes, slices = slice_partials(records, level, unit, ops)
+        sizes = [w.size_slices for w in windows if level in w.levels and w.kind != ws.SESSION]
+        tree = slicing.build_blocks(slices, slicing.levels_for(max(sizes))) if sizes else slices
+        for w in windows:
+            if level not in w.levels:
+                continue
+            if w.kind == ws.SESSION:
+                rows = session_rows(w, nodes, slices)
+                ends = rows["window_end"] - us(w.size)
+                keep = (rows["window_start"] < span[1] + us(w.size)) & (ends >= span[0] - us(w.size))
+            else:
+                rows = window_rows(w, nodes, slices, tree, window_span(w, *span))
+                keep = np.ones(len(rows["window_start"]), dtype=bool)
+            parts.append(window_table(w.name, level, rows, keep, table))
+    if not parts:
+        return table.arrow_schema().empty_table()
+    out = pa.concat_tables(parts)
+    return ao.sort(out, list(table.order_by)) if out.num_rows else out
+
+
+def window_table(name: str, level: str, rows: Mapping, keep: np.ndarray, table: Table) -> pa.Table:
+    """The rows of window `name` at `level` that `keep` selects (from `window_rows` or `session_rows`), in the
+    schema of `table`."""
+    n = int(keep.sum())
+    mask = pa.array(keep, pa.bool_())
+    cols: dict[str, pa.Array] = {
+        "window_name": pa.array([name] * n, pa.large_string()),
+        "level": pa.array([level] * n, pa.large_string()),
+        "node": rows["node"].filter(mask).cast(pa.large_string()),
+        "window_start": pa.array(rows["window_start"][keep], pa.timestamp("us", tz="UTC")),
+        "window_end": pa.array(rows["window_end"][keep], pa.timestamp("us", tz="UTC")),
+    }
+    for c in table.column_names[5:]:
+        v = rows[c][keep]
+        cols[c] = ao.decimals(v, MONEY[c], 2) if c in MONEY else pa.array(v, pa.int64())
+    return pa.table(cols).cast(table.arrow_schema())
+
+
+def session_span(stored: pa.Table, span: tuple[int, int], gap_us: int) -> tuple[int, int]:
+    """The span of event time to read to recompute the sessions that reach into `span`: `span` widened by the gap,
+    and by the stored sessions that reach into that (a session is a chain of records less than the gap apart, so
+    no chain outside these can join one inside)."""
+    lo, hi = span[0] - gap_us, span[1] + gap_us
+    if stored.num_rows:
+        start = stored["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
+        end = stored["window_end"].cast(pa.int64()).to_numpy(zero_copy_only=False)
+        lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
+    return lo, hi

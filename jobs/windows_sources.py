@@ -1,0 +1,243 @@
+"""The records of the live windows (step AG, `jobs.windows`): completed trades (DimTrade) and daily market rows
+(FactMarketHistory), as the warehouse holds them after T3 and T4.
+
+Per source (`SOURCES`): what a micro-batch changed (`changes`, from the table's change feed, as `Changes`), the
+event times and batches of the records of a span (`stamps`, to judge lateness), the latest event time of a TPC-DI
+batch (`latest_of`), and the records of a span routed along the hierarchies (`read`, as
+`jobs.windows_slices.Records`, routed by `jobs.windows_routing`). The step (`jobs.windows`) drives them; reads
+only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jobs import arrow_ops as ao
+from jobs.scope import BatchScope
+from jobs.windows_routing import lookup, route_accounts, route_securities
+from jobs.windows_slices import US_PER_DAY, Records
+from schemas import warehouse as wh
+from schemas import windows as ws
+from streamdi.context import JobContext
+
+
+def date_id_days(ids: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of DimDate ids (yyyymmdd)."""
+    ids = np.asarray(ids, np.int64)
+    months = (ids // 10000 - 1970) * 12 + (ids // 100 % 100 - 1)
+    return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + ids % 100 - 1
+
+
+def time_id_us(ids: np.ndarray) -> np.ndarray:
+    """Microseconds since midnight of DimTime ids (hhmmss)."""
+    ids = np.asarray(ids, np.int64)
+    return ((ids // 10000) * 3600 + (ids // 100 % 100) * 60 + ids % 100) * 1_000_000
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The records a micro-batch changed (before and after images that differ), as event times and batches; their
+    message keys are made only when asked for (most micro-batches raise and clear no Alert)."""
+
+    ts: np.ndarray  # event time of each changed record that counts (completed trades, market rows)
+    batch: np.ndarray  # its TPC-DI batch
+    after: np.ndarray  # True for an after image (the record now), False for a before image
+    batches: np.ndarray  # TPC-DI batches of every changed record
+    rows: pa.Table  # every changed record (counting or not)
+    counting: np.ndarray  # which of `rows` count (ts, batch and after are theirs, in order)
+    key_of: Callable[[pa.Table], pa.Array]  # message keys of rows
+
+    @property
+    def ident(self) -> pa.Array:
+        """Message keys of every changed record."""
+        return self.key_of(self.rows)
+
+    def counted(self, which: np.ndarray) -> pa.Array:
+        """Message keys of the counting records selected by `which` (parallel to ts)."""
+        return self.key_of(self.rows.filter(pa.array(self.counting)).filter(pa.array(which)))
+
+    @classmethod
+    def none(cls) -> Changes:
+        nothing = np.array([], np.int64)
+        return cls(nothing, nothing, np.array([], bool), nothing, pa.table({}), np.array([], bool), _no_keys)
+
+
+def _no_keys(rows: pa.Table) -> pa.Array:
+    return pa.array([], pa.large_string())
+
+
+def _net_changes(feed: pa.Table | None, columns: list[str]) -> pa.Table | None:
+    """The rows of a change feed that are not cancelled by an equal row of the other side, with `_after` (a feed of
+    inserts only, the usual case, is taken as it is)."""
+    if feed is None or feed.num_rows == 0:
+        return None
+    after = pc.is_in(feed["_change_type"], value_set=pa.array(["insert", "update_postimage"]))
+    if pc.all(after).as_py():
+        return feed.select(columns).append_column("_after", after)
+    signed = feed.select(columns).append_column("_sign", pc.if_else(after, 1, -1).cast(pa.int64()))
+    net = signed.group_by(columns, use_threads=False).aggregate([("_sign", "sum")])
+    net = net.filter(pc.not_equal(net["_sign_sum"], 0))
+    if net.num_rows == 0:
+        return None
+    return net.append_column("_after", pc.greater(net["_sign_sum"], 0))
+
+
+class TradeSource:
+    """Completed trades (DimTrade) at their completion time."""
+
+    name = ws.TRADES
+    table = wh.DIM_TRADE
+    _FEED = ["tradeid", "status", "sk_closedateid", "sk_closetimeid", "batchid", "quantity", "tradeprice"]
+    _FEED += ["fee", "commission", "sk_securityid", "sk_accountid"]
+
+    def changes(self, ctx: JobContext, scope: BatchScope) -> Changes | None:
+        net = _net_changes(scope.changed(ctx, self.table, [*self._FEED, "_change_type"]), self._FEED)
+        if net is None:
+            return None
+        counts = np.asarray(pc.equal(net["status"], "Completed").fill_null(False), dtype=bool)
+        done = net.filter(pa.array(counts))
+        return Changes(
+            ts=self._ts(done),
+            batch=ao.column(done, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
+            after=np.asarray(done["_after"], dtype=bool),
+            batches=ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
+            rows=net,
+            counting=counts,
+            key_of=self._ident,
+        )
+
+    @staticmethod
+    def _ts(rows: pa.Table) -> np.ndarray:
+        day = date_id_days(ao.column(rows, "sk_closedateid").to_numpy(zero_copy_only=False))
+        return day * US_PER_DAY + time_id_us(ao.column(rows, "sk_closetimeid").to_numpy(zero_copy_only=False))
+
+    @staticmethod
+    def _ident(rows: pa.Table) -> pa.Array:
+        return _joined("T_ID=", rows["tradeid"])
+
+    def _completed(self, ctx: JobContext, cond: pc.Expression, columns: list[str]) -> pa.Table:
+        return ctx.lake.read_if_exists(self.table, columns, (pc.field("status") == "Completed") & cond)
+
+    def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        """(event time, TPC-DI batch, message key) of the records in `span`, without routing them."""
+        rows = self._completed(ctx, _date_range("sk_closedateid", span), _STAMP_COLUMNS)
+        ts = self._ts(rows)
+        keep = (ts >= span[0]) & (ts < span[1])
+        rows = rows.filter(pa.array(keep))
+        return ts[keep], ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64), self._ident(rows)
+
+    def latest_of(self, ctx: JobContext, batch: int) -> int | None:
+        rows = self._completed(ctx, pc.field("batchid") == batch, ["sk_closedateid", "sk_closetimeid"])
+        return int(self._ts(rows).max()) if rows.num_rows else None
+
+    def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
+        columns = [*self._FEED, "sk_companyid", "sk_customerid", "sk_brokerid"]
+        rows = self._completed(ctx, _date_range("sk_closedateid", span), columns)
+        ts = self._ts(rows)
+        keep = (ts >= span[0]) & (ts < span[1])
+        order = pc.sort_indices(rows["tradeid"]).to_numpy()  # in trade order, the span's only
+        order = order[keep[order]]
+        rows, ts = rows.take(pa.array(order)), ts[order]
+        day = np.floor_divide(ts, US_PER_DAY)
+        symbol = lookup(ctx, wh.DIM_SECURITY, "sk_securityid", rows["sk_securityid"], "symbol")
+        nodes = route_securities(ctx, symbol, day, rows["sk_companyid"])
+        account = lookup(ctx, wh.DIM_ACCOUNT, "sk_accountid", rows["sk_accountid"], "accountid")
+        nodes |= route_accounts(ctx, account, day, rows["sk_customerid"], rows["sk_brokerid"])
+        quantity = ao.column(rows, "quantity").to_numpy(zero_copy_only=False).astype(np.int64)
+        return Records(
+            ts=ts,
+            batch=ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
+            ident=self._ident(rows),
+            nodes=nodes,
+            measures={
+                "trades": np.ones(rows.num_rows, np.int64),
+                "quantity": quantity,
+                "value": quantity * ao.cents(rows["tradeprice"]),
+                "commission": ao.cents(rows["commission"]),
+                "fee": ao.cents(rows["fee"]),
+            },
+        )
+
+
+class MarketSource:
+    """Daily market rows (FactMarketHistory) on their market date."""
+
+    name = ws.MARKET
+    table = wh.FACT_MARKET_HISTORY
+    _FEED = ["symbol", "sk_dateid", "volume", "dayhigh", "daylow", "batchid"]
+
+    def changes(self, ctx: JobContext, scope: BatchScope) -> Changes | None:
+        net = _net_changes(scope.changed(ctx, self.table, [*self._FEED, "_change_type"]), self._FEED)
+        if net is None:
+            return None
+        batches = ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
+        every = np.ones(net.num_rows, dtype=bool)
+        return Changes(self._ts(net), batches, np.asarray(net["_after"], dtype=bool), batches, net, every, self._ident)
+
+    @staticmethod
+    def _ts(rows: pa.Table) -> np.ndarray:
+        return date_id_days(ao.column(rows, "sk_dateid").to_numpy(zero_copy_only=False)) * US_PER_DAY
+
+    @staticmethod
+    def _ident(rows: pa.Table) -> pa.Array:
+        return _joined("SYMB=", rows["symbol"], ":DATE=", rows["sk_dateid"])
+
+    def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        """(event time, TPC-DI batch, message key) of the records in `span`."""
+        rows = ctx.lake.read_if_exists(self.table, ["symbol", "sk_dateid", "batchid"], _date_range("sk_dateid", span))
+        batch = ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
+        return self._ts(rows), batch, self._ident(rows)
+
+    def latest_of(self, ctx: JobContext, batch: int) -> int | None:
+        if not ctx.lake.exists(self.table):
+            return None
+        rows = ctx.lake.read_where(self.table, pc.field("batchid") == batch, ["sk_dateid"])
+        return int(self._ts(rows).max()) if rows.num_rows else None
+
+    def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
+        columns = [*self._FEED, "sk_companyid"]
+        rows = ao.sort(
+            ctx.lake.read_if_exists(self.table, columns, _date_range("sk_dateid", span)), ["symbol", "sk_dateid"]
+        )
+        ts = self._ts(rows)
+        return Records(
+            ts=ts,
+            batch=ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
+            ident=self._ident(rows),
+            nodes=route_securities(ctx, rows["symbol"], np.floor_divide(ts, US_PER_DAY), rows["sk_companyid"]),
+            measures={
+                "days": np.ones(rows.num_rows, np.int64),
+                "volume": ao.column(rows, "volume").to_numpy(zero_copy_only=False).astype(np.int64),
+                "high": ao.cents(rows["dayhigh"]),
+                "low": ao.cents(rows["daylow"]),
+            },
+        )
+
+
+SOURCES = {ws.TRADES: TradeSource(), ws.MARKET: MarketSource()}
+_STAMP_COLUMNS = ["tradeid", "sk_closedateid", "sk_closetimeid", "batchid"]
+
+
+def _date_range(column: str, span: tuple[int, int]) -> pc.Expression:
+    """`column` (a DimDate id) within the days of the span [lo, hi) of µs."""
+    first, last = (int(ao.date_ids(np.array([t // US_PER_DAY]))[0]) for t in (span[0], span[1] - 1))
+    return (pc.field(column) >= first) & (pc.field(column) <= last)
+
+
+def _joined(*parts: str | pa.ChunkedArray) -> pa.Array:
+    """Text columns and literals joined element-wise (message keys such as `T_ID=5`)."""
+    values = [
+        pa.scalar(p, pa.large_string())
+        if isinstance(p, str)
+        else ao.column(pa.table({"p": p}), "p").cast(pa.large_string())
+        for p in parts
+    ]
+    lengths = [len(v) for v in values if isinstance(v, pa.Array)]
+    if lengths and lengths[0] == 0:
+        return pa.array([], pa.large_string())
+    return pc.binary_join_element_wise(*values, pa.scalar("", pa.large_string()))
