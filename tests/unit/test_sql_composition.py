@@ -17,7 +17,7 @@ SQL_MODULES = (
     "streamdi/warehouse.py",
     "streamdi/queries.py",
     "streamdi/audit.py",
-    "streamdi/run/cli.py",
+    *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("streamdi/run/cli/*.py")),
     "streamdi/run/stream.py",
     "streamdi/migrator.py",
     *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("bench/*.py")),
