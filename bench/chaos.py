@@ -53,7 +53,6 @@ stuck batch or a crash loop the homes are kept and their paths printed; otherwis
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import collections
 import contextlib
@@ -72,8 +71,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
 import psutil
+import typer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
@@ -782,25 +784,33 @@ def db_stop(home: Path) -> None:
 # -- main --------------------------------------------------------------------------------------------------------------
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--sf", type=float, help="scale factor of the data set (generated at 0.1 if not given)")
-    parser.add_argument("--batches", type=int, default=20, help="TPC-DI batches, Batch1 included")
-    parser.add_argument("--stream-batches", type=int, default=3, help="the last batches, dripped into the service")
-    parser.add_argument("--data", type=Path)
-    parser.add_argument("--work", type=Path, help="homes and logs (default: a new temporary directory)")
-    parser.add_argument("--kills", type=int, default=100, help="kills in all (at least; a shortfall is reported)")
-    parser.add_argument("--stream-kills", type=int, default=25, help="of them, kills of the stream service")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--compact", type=int, default=4, help="STREAMDI_COMPACT_SMALL_FILES of the chaos home")
-    parser.add_argument("--parts", type=int, default=4, help="pieces per data file in the stream's feed")
-    parser.add_argument("--rate", type=float, default=0.15, help="files per second in the stream's feed")
-    parser.add_argument("--stream-max-delay", type=float, default=25.0, help="seconds; target 'any' of the service")
-    parser.add_argument("--keep", action="store_true", help="keep the homes even when the run ends identical")
-    parser.add_argument("--out", type=Path, default=OUT / "chaos.json")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(help=" ".join(__doc__.split("\n\n")[0].split()))
+def main(
+    sf: Annotated[
+        float | None, typer.Option(help="scale factor of the data set (generated at 0.1 if not given)")
+    ] = None,
+    batches: Annotated[int, typer.Option(help="TPC-DI batches, Batch1 included")] = 20,
+    stream_batches: Annotated[int, typer.Option(help="the last batches, dripped into the service")] = 3,
+    data: Annotated[Path | None, typer.Option()] = None,
+    work: Annotated[Path | None, typer.Option(help="homes and logs (default: a new temporary directory)")] = None,
+    kills: Annotated[int, typer.Option(help="kills in all (at least; a shortfall is reported)")] = 100,
+    stream_kills: Annotated[int, typer.Option(help="of them, kills of the stream service")] = 25,
+    seed: Annotated[int, typer.Option()] = 1,
+    compact: Annotated[int, typer.Option(help="STREAMDI_COMPACT_SMALL_FILES of the chaos home")] = 4,
+    parts: Annotated[int, typer.Option(help="pieces per data file in the stream's feed")] = 4,
+    rate: Annotated[float, typer.Option(help="files per second in the stream's feed")] = 0.15,
+    stream_max_delay: Annotated[float, typer.Option(help="seconds; target 'any' of the service")] = 25.0,
+    keep: Annotated[bool, typer.Option("--keep", help="keep the homes even when the run ends identical")] = False,
+    out: Annotated[Path, typer.Option()] = OUT / "chaos.json",
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
     if not 0 <= args.stream_batches < args.batches:
-        parser.error("--stream-batches must leave at least Batch1 to the loads")
+        raise typer.BadParameter("must leave at least Batch1 to the loads", param_hint="--stream-batches")
     for name in ("DATABASE_URL", "STREAMDI_HOME", "STREAMDI_FAULT_AT"):
         os.environ.pop(name, None)
     # removed at exit, after the embedded server's exit hooks (atexit runs last what was registered first): they take
@@ -967,4 +977,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

@@ -7,23 +7,40 @@ Prints one line per run (SF, rows, bytes, seconds, rows/s) and the best rows/s p
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
+
+import typer
 
 from streamdi.generator import Params, generate
 
 TARGET_ROWS_PER_SECOND = 150_000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sf", type=float, nargs="+", default=[0.1, 1.0])
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=None, help="scratch directory (default: a temporary one)")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(context_settings={"allow_extra_args": True}, help=__doc__.splitlines()[0])
+def main(
+    context: typer.Context,
+    sf: Annotated[
+        list[float],
+        typer.Option(help="scale factors; several after one --sf (--sf 0.1 1) or --sf repeated"),
+    ] = [0.1, 1.0],  # noqa: B006 - typer copies the default
+    repeat: Annotated[int, typer.Option()] = 2,
+    out: Annotated[Path | None, typer.Option(help="scratch directory (default: a temporary one)")] = None,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
+    try:  # `--sf 0.1 1`: the values after the first are left over as extra arguments
+        args.sf = [*sf, *(float(value) for value in context.args)]
+    except ValueError:
+        raise typer.BadParameter(f"not scale factors: {' '.join(context.args)}", param_hint="--sf") from None
     scratch = args.out or Path(tempfile.mkdtemp(prefix="streamdi-bench-"))
     best: dict[float, float] = {}
     try:
@@ -48,4 +65,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

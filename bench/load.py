@@ -20,7 +20,6 @@ DuckDB + dbt implementation of the whole TPC-DI measured on this machine (SF 3 B
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -28,6 +27,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
+
+import typer
 
 from jobs import transform
 from schemas import sources as src
@@ -132,18 +135,26 @@ def run_batch(ctx: JobContext, label: str, rows: list[dict]) -> None:
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sf", type=float, default=3.0)
-    parser.add_argument("--data", type=Path, default=None, help="data set directory (generated if empty)")
-    parser.add_argument("--home", type=Path, default=None, help="scratch STREAMDI_HOME (default: temporary)")
-    parser.add_argument("--drip", type=int, default=10, help="micro-batches for Batch3")
-    parser.add_argument("--partitions", type=int, default=4, help="Spark shuffle partitions")
-    parser.add_argument(
-        "--trades-apart", action="store_true", help="Batch3 as its files but Trade.txt, then Trade.txt alone"
-    )
-    parser.add_argument("--no-processes", action="store_true", help="skip the whole-process `streamdi load` runs")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(help=__doc__.splitlines()[0])
+def main(
+    sf: Annotated[float, typer.Option()] = 3.0,
+    data: Annotated[Path | None, typer.Option(help="data set directory (generated if empty)")] = None,
+    home: Annotated[Path | None, typer.Option(help="scratch STREAMDI_HOME (default: temporary)")] = None,
+    drip: Annotated[int, typer.Option(help="micro-batches for Batch3")] = 10,
+    partitions: Annotated[int, typer.Option(help="Spark shuffle partitions")] = 4,
+    trades_apart: Annotated[
+        bool, typer.Option("--trades-apart", help="Batch3 as its files but Trade.txt, then Trade.txt alone")
+    ] = False,
+    no_processes: Annotated[
+        bool, typer.Option("--no-processes", help="skip the whole-process `streamdi load` runs")
+    ] = False,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
     data = args.data or Path(tempfile.gettempdir()) / f"streamdi-bench-sf{args.sf:g}"
     if not (data / "Batch3" / "BatchDate.txt").exists():
         started = time.perf_counter()
@@ -194,4 +205,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

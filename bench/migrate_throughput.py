@@ -20,16 +20,18 @@ and runs on an embedded PostgreSQL server of its own under `--home` (wiped first
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import shutil
 import statistics
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import typer
 
 from schemas.platform import PLATFORM_TABLES
 from schemas.warehouse import DIM_TRADE, WAREHOUSE_TABLES
@@ -108,15 +110,21 @@ def micro_batch_latency(lake: Lake, warehouse: Warehouse, trades: int, count: in
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lake", type=Path, required=True, help="lake root with the loaded warehouse tables")
-    parser.add_argument("--home", type=Path, default=Path("/tmp/streamdi-migbench"), help="scratch home (wiped)")
-    parser.add_argument("--batch", type=int, default=1, help="micro-batch to migrate (default 1: Batch1)")
-    parser.add_argument("--repeat", type=int, default=3, help="throughput runs (best is reported)")
-    parser.add_argument("--trades", type=int, default=1000, help="trades per latency micro-batch")
-    parser.add_argument("--micro-batches", type=int, default=5, help="latency micro-batches")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(help=__doc__)
+def main(
+    lake: Annotated[Path, typer.Option(help="lake root with the loaded warehouse tables")],
+    home: Annotated[Path, typer.Option(help="scratch home (wiped)")] = Path("/tmp/streamdi-migbench"),
+    batch: Annotated[int, typer.Option(help="micro-batch to migrate (default 1: Batch1)")] = 1,
+    repeat: Annotated[int, typer.Option(help="throughput runs (best is reported)")] = 3,
+    trades: Annotated[int, typer.Option(help="trades per latency micro-batch")] = 1000,
+    micro_batches: Annotated[int, typer.Option(help="latency micro-batches")] = 5,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
 
     shutil.rmtree(args.home, ignore_errors=True)
     work = args.home / "work"
@@ -168,4 +176,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

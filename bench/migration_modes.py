@@ -21,7 +21,6 @@ PostgreSQL server and the lakes live under `<out>/work` (DATABASE_URL is ignored
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime as dt
 import shutil
@@ -31,8 +30,11 @@ import time
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
 import pyarrow as pa
+import typer
 
 from schemas.warehouse import DIM_TRADE, TRADE_TYPE, WAREHOUSE_TABLES
 from streamdi import embedded_pg
@@ -137,7 +139,7 @@ def reset(warehouse: Warehouse) -> None:
 
 
 def run_one(
-    warehouse: Warehouse, lake_dir: Path, interval: float, mode: str, args: argparse.Namespace
+    warehouse: Warehouse, lake_dir: Path, interval: float, mode: str, args: SimpleNamespace
 ) -> tuple[list[QuerySample], list[float], int]:
     """One configuration: (query samples, ingestion latencies of the stream's batches, batches)."""
     shutil.rmtree(lake_dir, ignore_errors=True)
@@ -260,16 +262,22 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/streamdi-migration-modes"), help="output directory")
-    parser.add_argument("--intervals", default="0.1,0.5,1,2,5,10", help="migration intervals, seconds")
-    parser.add_argument("--duration", type=float, default=12.0, help="seconds of stream per configuration")
-    parser.add_argument("--batch-every", type=float, default=0.25, help="seconds between micro-batches")
-    parser.add_argument("--trades", type=int, default=100, help="new trades per micro-batch")
-    parser.add_argument("--initial-trades", type=int, default=20_000, help="trades of the first (seed) batch")
-    parser.add_argument("--query-every", type=float, default=1.0, help="seconds between queries")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(help=__doc__)
+def main(
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("/tmp/streamdi-migration-modes"),
+    intervals: Annotated[str, typer.Option(help="migration intervals, seconds")] = "0.1,0.5,1,2,5,10",
+    duration: Annotated[float, typer.Option(help="seconds of stream per configuration")] = 12.0,
+    batch_every: Annotated[float, typer.Option(help="seconds between micro-batches")] = 0.25,
+    trades: Annotated[int, typer.Option(help="new trades per micro-batch")] = 100,
+    initial_trades: Annotated[int, typer.Option(help="trades of the first (seed) batch")] = 20_000,
+    query_every: Annotated[float, typer.Option(help="seconds between queries")] = 1.0,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
 
     intervals = [float(x) for x in args.intervals.split(",")]
     work = args.out / "work"
@@ -311,4 +319,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

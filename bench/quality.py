@@ -21,15 +21,17 @@ Targets (issue 5): under 1 s warm for a 1,000-trade micro-batch, under 15% of th
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -39,12 +41,17 @@ from schemas.quality import QUALITY_RESULTS  # noqa: E402
 from streamdi import quality  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
 
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lake", type=Path, required=True, help="lake root of a loaded STREAMDI_HOME")
-    parser.add_argument("--load-seconds", type=float, help="measured load time of the first micro-batch")
-    args = parser.parse_args()
+
+@app.command(help=__doc__.splitlines()[0])
+def main(
+    lake: Annotated[Path, typer.Option(help="lake root of a loaded STREAMDI_HOME")],
+    load_seconds: Annotated[float | None, typer.Option(help="measured load time of the first micro-batch")] = None,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
 
     started = time.perf_counter()
     validator = quality.validator()
@@ -146,4 +153,4 @@ def record(scratch: Lake, results: list) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()

@@ -26,7 +26,6 @@ when alike) and written to bench/out/stream_resources.json. Lake maintenance fol
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -38,6 +37,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated, Literal
+
+import typer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -57,18 +60,24 @@ def run(cmd: list[str], env: dict) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sf", type=float, default=3.0)
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--data", type=Path)
-    parser.add_argument("--home", type=Path)
-    parser.add_argument("--parts", type=int, default=100)
-    parser.add_argument("--rate", type=float, default=2.0)
-    parser.add_argument("--interval", type=float, default=0.2)
-    parser.add_argument("--period", type=float, default=0.0, help="deliver each TPC-DI batch whole every S seconds")
-    parser.add_argument("--cut", choices=("time", "round"), default="time")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(help=__doc__.split("\n")[0])
+def main(
+    sf: Annotated[float, typer.Option()] = 3.0,
+    batches: Annotated[int, typer.Option()] = 3,
+    data: Annotated[Path | None, typer.Option()] = None,
+    home: Annotated[Path | None, typer.Option()] = None,
+    parts: Annotated[int, typer.Option()] = 100,
+    rate: Annotated[float, typer.Option()] = 2.0,
+    interval: Annotated[float, typer.Option()] = 0.2,
+    period: Annotated[float, typer.Option(help="deliver each TPC-DI batch whole every S seconds")] = 0.0,
+    cut: Annotated[Literal["time", "round"], typer.Option()] = "time",
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
 
     data = args.data or Path(tempfile.gettempdir()) / f"streamdi-bench-sf{args.sf:g}-b{args.batches}"
     if not (data / f"Batch{args.batches}").is_dir():
@@ -242,4 +251,4 @@ def _tree_bytes(root: Path) -> int:
 
 
 if __name__ == "__main__":
-    main()
+    app()

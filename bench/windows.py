@@ -24,16 +24,18 @@ bench/stream.py, whose step breakdown shows AG.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Annotated
 
 import numpy as np
 import pyarrow as pa
+import typer
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -113,14 +115,20 @@ def dense(records: win.Records, per_day: int, days: list[int]) -> win.Records:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--home", type=Path, required=True)
-    parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--counts", default="1,4,16,64")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dense", type=int, default=0, help="also R synthetic records per day (0: not)")
-    args = parser.parse_args()
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+)
+
+
+@app.command(help=__doc__.split("\n")[0])
+def main(
+    home: Annotated[Path, typer.Option()],
+    days: Annotated[int, typer.Option()] = 30,
+    counts: Annotated[str, typer.Option()] = "1,4,16,64",
+    repeat: Annotated[int, typer.Option()] = 3,
+    dense: Annotated[int, typer.Option(help="also R synthetic records per day (0: not)")] = 0,
+) -> None:
+    args = SimpleNamespace(**locals())  # the options by name, as the rest of main reads them
     ctx = JobContext(Settings(home=args.home), lake=Lake(args.home / "lake"))
     started = time.perf_counter()
     records = TradeSource().read(ctx, (0, win.ALIGN_US + 60 * 365 * win.US_PER_DAY))
@@ -188,4 +196,4 @@ def measure(records: win.Records, windows: tuple[ws.Window, ...], days: list[int
 
 
 if __name__ == "__main__":
-    main()
+    app()

@@ -16,7 +16,6 @@ options when it exists; a JVM that still cannot use it (say, a jar was added) ru
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import subprocess
@@ -85,26 +84,38 @@ def build(directory: Path = ARCHIVE_DIR, *, force: bool = False) -> Path:
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m streamdi.jvm_archive", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    make = commands.add_parser("build", help="write the archive for this JDK and these jars (if missing)")
-    make.add_argument("--force", action="store_true", help="rebuild even if it exists")
-    commands.add_parser("path", help="print where the archive for this JDK and these jars is (or would be)")
-    args = parser.parse_args(argv)
-    if args.command == "path":
-        print(archive_path(find_java()))
-    else:
+def main(argv: list[str] | None = None) -> None:
+    """The command line: `python -m streamdi.jvm_archive build [--force]` or `path`. typer is imported here, not at
+    the top, so that a Spark start (which imports this module for `driver_options`) does not pay for it."""
+    import typer
+
+    app = typer.Typer(
+        help=__doc__.splitlines()[0],
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.command("build")
+    def build_command(force: bool = typer.Option(False, "--force", help="rebuild even if it exists")) -> None:
+        """write the archive for this JDK and these jars (if missing)"""
         existing = archive_path(find_java())
-        if existing.is_file() and not args.force:
+        if existing.is_file() and not force:
             print(f"JVM class archive: {existing} (already built)")
-            return 0
+            return
         started = time.perf_counter()
-        path = build(force=args.force)
+        path = build(force=force)
         size = path.stat().st_size / 2**20
         print(f"JVM class archive: {path} ({size:.0f} MB, built in {time.perf_counter() - started:.0f}s)")
-    return 0
+
+    @app.command("path")
+    def path_command() -> None:
+        """print where the archive for this JDK and these jars is (or would be)"""
+        print(archive_path(find_java()))
+
+    app(args=argv, prog_name="python -m streamdi.jvm_archive")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,7 +13,6 @@ report folder is self-contained: it works from disk, behind Airflow's login, and
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import io
@@ -286,21 +285,36 @@ def _gx_image(name: str) -> Path:
     return Path(great_expectations.__file__).parent / "render" / "view" / "static" / "images" / name
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m streamdi.web_assets", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["fetch", "path"])
-    args = parser.parse_args(argv)
-    if args.command == "path":
+def main(argv: list[str] | None = None) -> None:
+    """The command line: `python -m streamdi.web_assets fetch` or `path`. typer is imported here, not at the top, so
+    that building a report (which imports this module for `localize`) does not pay for it."""
+    import typer
+
+    app = typer.Typer(
+        help=__doc__.splitlines()[0],
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.command("fetch")
+    def fetch_command() -> None:
+        """fetch what is missing from the npm registry (into the virtual environment)"""
+        try:
+            fetched = fetch()
+        except AssetsMissing as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        print(f"Data Docs assets in {ASSET_DIR}: " + (f"fetched {', '.join(fetched)}" if fetched else "all there"))
+
+    @app.command("path")
+    def path_command() -> None:
+        """print where the assets live"""
         print(ASSET_DIR)
-        return 0
-    try:
-        fetched = fetch()
-    except AssetsMissing as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"Data Docs assets in {ASSET_DIR}: " + (f"fetched {', '.join(fetched)}" if fetched else "all there"))
-    return 0
+
+    app(args=argv, prog_name="python -m streamdi.web_assets")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SQL_MODULES = (
     "streamdi/warehouse.py",
     "streamdi/queries.py",
-    "streamdi/run/cli.py",
+    *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("streamdi/run/cli/*.py")),
     "streamdi/run/stream.py",
     "streamdi/migrator.py",
     *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("jobs/audit/*.py")),
