@@ -194,8 +194,11 @@ def _finish(fig: Figure, prefix: str, tips: dict[str, str | list[str]], *, bars:
     root = ET.fromstring(out.getvalue())
     for parent in list(root.iter()):
         for child in list(parent):
-            if child.tag in (f"{{{SVG}}}metadata",) or child.tag == f"{{{SVG}}}style":
+            if child.tag in (f"{{{SVG}}}metadata", f"{{{SVG}}}style"):
                 parent.remove(child)
+    for defs in root.findall(f"{{{SVG}}}defs"):
+        if not len(defs):
+            root.remove(defs)
     groups = {e.get("id"): e for e in root.iter() if e.get("id") in tips}
     for gid, tip in tips.items():
         group = groups.get(gid)
