@@ -343,6 +343,20 @@ class BatchLog:
             for b, rows in sorted(by_batch.items())
         ]
 
+    # ------------------------------------------------------------------------- readers for the quality report
+    def skip_reasons(self) -> dict[int, str]:
+        """Each skipped batch's reason (the operator's `--reason`, as its first skip event recorded it)."""
+        reasons: dict[int, str] = {}
+        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():
+            if r["state"] == SKIPPED:
+                reasons.setdefault(r["batch_id"], json.loads(r["detail"] or "{}").get("reason", ""))
+        return reasons
+
+    def resumed_batches(self) -> frozenset[int]:
+        """Batches an operator resumed at some stage (`resume`; their halting policies then only warn)."""
+        events = self.lake.read_columns(BATCH_EVENTS, ["batch_id", "state"]).to_pylist()
+        return frozenset(r["batch_id"] for r in events if r["state"] == RESUMED)
+
 
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0..100, nearest rank) of `values`, None when empty."""

@@ -21,6 +21,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
+from streamdi.report import render_placeholder
 from streamdi.run.orchestration import BATCH_LOG_URL_PATH, REPORT_URL_PATH, WINDOWS_URL_PATH, reports_dir
 
 _reports = reports_dir()
@@ -33,11 +34,7 @@ for _name, _title in _PLACEHOLDERS.items():
     _page = _reports / _name
     _page.parent.mkdir(parents=True, exist_ok=True)
     if not _page.exists():
-        _page.write_text(
-            f"<!doctype html><html><body><h1>{_title}</h1>"
-            "<p>No report yet: trigger the streamdi_quality_report DAG (or run `streamdi quality report`).</p>"
-            "</body></html>\n"
-        )
+        _page.write_text(render_placeholder(_title))
 
 app = FastAPI(title="streamdi reports")
 

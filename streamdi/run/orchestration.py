@@ -11,7 +11,7 @@ scheduled, parameterised run needs around them:
 - the checks around the stage step's validation: staged counts reconcile, and no batch is halted (a task that
   meets a halted batch fails with the batch, step, reason and the operator's two commands);
 - the report pages the quality-report DAG renders: the data-quality report with its Great Expectations Data Docs
-  (`<STREAMDI_HOME>/reports/quality/`, `streamdi.quality_report`) and the batch-log page
+  (`<STREAMDI_HOME>/reports/quality/`, `streamdi.report`) and the batch-log page
   (`<STREAMDI_HOME>/reports/index.html`).
 
 Every function takes the settings (default: from the environment, as each Airflow task runs in a fresh process)
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import html
 import json
 import logging
 import os
@@ -84,7 +83,7 @@ DAG_ENVIRONMENT: dict[str, tuple[str, str]] = {
 # The data-quality report, served by the plugin in dags/plugins from <STREAMDI_HOME>/reports/ (docs/orchestration.md).
 REPORT_URL_PATH = "/streamdi/reports/quality/index.html"
 BATCH_LOG_URL_PATH = "/streamdi/reports/index.html"  # the batch-log page (`write_quality_report`)
-WINDOWS_URL_PATH = "/streamdi/reports/quality/windows.html"  # the live windows plotted (`streamdi.windows_report`)
+WINDOWS_URL_PATH = "/streamdi/reports/quality/windows.html"  # the live windows plotted (`streamdi.report.windows`)
 
 
 class FailFast(RuntimeError):
@@ -597,60 +596,15 @@ def audit_warehouse(settings: Settings | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- report
-def _cell(state: str) -> str:
-    colour = {"done": "#d4edda", "pending": "#f8f9fa", HALTED: "#f8d7da"}.get(state, "#fff3cd")
-    return f'<td style="background:{colour}">{html.escape(state)}</td>'
-
-
-def _after(row: dict, stage: str) -> str:
-    """Seconds from the micro-batch's arrival (its last file) to `stage` marked done, or '' when not done."""
-    at = row.get(f"{stage}_at")
-    return f"{(at - row['arrived_at']).total_seconds():.2f}" if at is not None else ""
-
-
-def render_batch_report(rows: Iterable[dict], generated_at: dt.datetime) -> str:
-    """A static HTML page: one row per micro-batch, one column per stage with its state, and its latency: seconds
-    from arrival to staged, to committed in Delta (transform done) and to visible in PostgreSQL (migrate done)."""
-    rows = list(rows)
-    body = "\n".join(
-        "<tr>"
-        f"<td>{r['batch_id']}</td><td>{r['files']}</td>"
-        f"<td>{html.escape(', '.join(map(str, r['source_batches'])))}</td>"
-        f"<td>{html.escape(r['arrived_at'].strftime('%Y-%m-%d %H:%M:%S'))}</td>"
-        + "".join(_cell(r[s]) for s in STAGES)
-        + "".join(f'<td class="latency">{_after(r, s)}</td>' for s in STAGES)
-        + "</tr>"
-        for r in rows
-    )
-    done = sum(1 for r in rows if all(r[s] == "done" for s in STAGES))
-    header = "".join(f"<th>{s}</th>" for s in STAGES)
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>streamdi batch report</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 10px;text-align:left}}</style></head>
-<body>
-<h1>streamdi batch report</h1>
-<p id="summary">{len(rows)} micro-batch(es), {done} done in every stage. Generated {generated_at:%Y-%m-%d %H:%M:%S %Z}.
-Checks, failures and quarantined rows per batch and table: <a href="quality/index.html">data-quality report</a>.</p>
-<table id="batches"><thead><tr><th>batch</th><th>files</th><th>TPC-DI batch</th><th>arrived</th>{header}
-<th>staged after (s)</th><th>committed after (s)</th><th>visible after (s)</th></tr></thead>
-<tbody>
-{body}
-</tbody></table>
-<p><a href="audit.txt">latest TPC-DI audit</a> (written by streamdi_historical_load)</p>
-</body></html>
-"""
-
-
 def write_report_pages(settings: Settings | None = None, now: dt.datetime | None = None):
     """Write the data-quality report (`<STREAMDI_HOME>/reports/quality/index.html`, the page `REPORT_URL_PATH` serves,
     with Great Expectations Data Docs under `quality/data_docs/`) and the batch-log page
     (`<STREAMDI_HOME>/reports/index.html`, `BATCH_LOG_URL_PATH`: batches x stages with their states), each
-    atomically. Returns the report's outcome (`streamdi.quality_report.ReportOutcome`), the batch-log page and its
+    atomically. Returns the report's outcome (`streamdi.report.ReportOutcome`), the batch-log page and its
     number of micro-batches."""
     from streamdi.batchlog import BatchLog
     from streamdi.lake import Lake
-    from streamdi.quality_report import report_dir, write_report
+    from streamdi.report import render_batch_log, report_dir, write_report
 
     settings = _settings(settings)
     lake = Lake(settings.lake_root)
@@ -661,14 +615,14 @@ def write_report_pages(settings: Settings | None = None, now: dt.datetime | None
     out.mkdir(parents=True, exist_ok=True)
     page = out / "index.html"
     tmp = page.with_name(page.name + ".tmp")
-    tmp.write_text(render_batch_report(rows, now))
+    tmp.write_text(render_batch_log(rows, now))
     tmp.replace(page)
     return outcome, page, len(rows)
 
 
 def write_quality_report(settings: Settings | None = None) -> dict:
     """The quality-report DAG's task: `write_report_pages`, logged; returns what the pages hold."""
-    from streamdi.quality_report import describe
+    from streamdi.report import describe
 
     outcome, page, batches = write_report_pages(settings)
     for line in describe(outcome):

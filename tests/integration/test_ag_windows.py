@@ -25,9 +25,9 @@ from jobs import windows as win
 from jobs.scope import BatchScope
 from schemas import warehouse as wh
 from schemas import windows as ws
-from streamdi import windows_report
 from streamdi.context import JobContext
 from streamdi.lake import Lake
+from streamdi.report import windows as windows_report
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The data-quality report (`streamdi.quality_report`): the summary page rendered from hand-made `quality.results`
+"""The data-quality report (`streamdi.report`): the summary page rendered from hand-made `quality.results`
 rows (exact cells, the halted batch with its commands, the failing checks and counts), and the whole report
 written from a real Delta lake and batch log, with Great Expectations Data Docs built for every (micro-batch,
 attempt, table) and every link of the summary resolving to a file."""
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
-from streamdi import quality_report as qr
+from streamdi import report as qr
 from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.lake import Lake
 

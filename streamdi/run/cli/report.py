@@ -43,7 +43,7 @@ def quality_report() -> None:
     Each cell links to its validation page in reports/quality/data_docs/ (rebuilt on every run). Also writes the
     batch-log page, <STREAMDI_HOME>/reports/index.html: every micro-batch with the state of each stage."""
     from streamdi.batchlog import wall_clock
-    from streamdi.quality_report import describe
+    from streamdi.report import describe
     from streamdi.run.orchestration import write_report_pages
 
     outcome, page, batches = write_report_pages(load_settings(), wall_clock())
