@@ -21,7 +21,8 @@ from schemas.model import Table
 from schemas.ordering import Ordering
 from schemas.quality import QUARANTINE
 from streamdi.collector import Part, missing_predecessors, part_of
-from streamdi.quality import Check, CheckOutcome, Suite, Validated
+from streamdi.quality import CheckOutcome, Validated
+from streamdi.suites import Check, Suite
 
 __all__ = ["Part", "check_staged", "group_files", "missing_predecessors", "order_violations", "part_of"]
 

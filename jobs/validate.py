@@ -1,6 +1,6 @@
 """Warehouse suites: validate what a transform step wrote, right after its commits and before migration.
 
-The suites are `expectations/warehouse/<table>.yml` (see `streamdi.quality`). After step T0..T4 of a
+The suites are `expectations/warehouse/<table>.yml` (see `streamdi.suites`). After step T0..T4 of a
 micro-batch commits, each table it builds that has a suite is validated on **the rows this micro-batch wrote
 to it**: the inserts and update post-images of the step's commit (app transaction `<step>/<table>`, version =
 micro-batch id), read back from the Delta change data feed. Validating the commit, not the step's in-memory
@@ -32,7 +32,8 @@ from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from streamdi.context import JobContext
 from streamdi.lake import Lake
-from streamdi.quality import CheckOutcome, Suite, key_parameters, suite_path, validator
+from streamdi.quality import CheckOutcome, validator
+from streamdi.suites import Suite, key_parameters, suite_path
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def key_values(lake: Lake, suite: Suite, rows: pa.Table) -> dict[str, list]:
     """The run-time parameters of a warehouse suite, from another warehouse table as it stands now (after this
     step's commits): for "every account key of DimTrade resolves", the `sk_accountid` values of the checked rows
     that DimAccount lacks (`missing_from__dimaccount__sk_accountid`, usually none), or those it has
-    (`dimaccount__sk_accountid`). See `streamdi.quality.KeyParameter`.
+    (`dimaccount__sk_accountid`). See `streamdi.suites.KeyParameter`.
 
     Only values that occur in the checked column of `rows` are ever passed: a value resolves against them exactly as
     against the whole key set, and Great Expectations copies a value set many times per check (with all 100,000

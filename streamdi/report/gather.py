@@ -180,7 +180,7 @@ def gather(lake: Lake) -> QualityData:
 def _suite_reasons() -> dict[tuple[str, str], str]:
     """The `why` of every check in `expectations/` (results do not store it). A suite that does not load (someone
     is editing it) costs the report its reasons, not the report itself."""
-    from streamdi.quality import SuiteError, load_suites
+    from streamdi.suites import SuiteError, load_suites
 
     try:
         suites = load_suites()

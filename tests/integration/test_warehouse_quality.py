@@ -21,9 +21,10 @@ from streamdi.batchlog import BatchLog, BatchLogError
 from streamdi.collector import collect
 from streamdi.context import JobContext
 from streamdi.lake import Lake
-from streamdi.quality import SuiteError, Validator, load_suites
+from streamdi.quality import Validator
 from streamdi.run.pipeline import stage_job, transform_job
 from streamdi.settings import Settings
+from streamdi.suites import SuiteError, load_suites
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.quality import EXPECTATIONS_DIR, SuiteError, load_suites
+from streamdi.suites import EXPECTATIONS_DIR, SuiteError, load_suites
 
 REPO = Path(__file__).resolve().parents[2]
 
