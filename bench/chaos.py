@@ -1,6 +1,9 @@
 """Chaos: `kill -9` at random moments across collect, stage, transform, migrate and the stream service, each followed
 by a restart; the warehouse must end identical to a clean run.
 
+Long because it is one experiment whose parts share one run's state: the kill schedule, where each kill landed
+(read from the process's stack), the restarts, the stream feeder and the final comparison.
+
 Usage: .venv/bin/python bench/chaos.py [--data DIR] [--sf 0.1] [--batches 20] [--stream-batches 3] [--work DIR]
                                        [--kills 100] [--stream-kills 25] [--seed 1] [--compact 4] [--parts 4]
                                        [--rate 0.15] [--stream-max-delay 25] [--keep] [--out FILE]
