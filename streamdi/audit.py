@@ -93,7 +93,7 @@ from typing import Any
 from schemas.audit import AUDIT_FIGURES, NOT_COUNTED
 from streamdi.context import JobContext
 
-# psycopg's `sql` module as streamdi.warehouse imports it: only streamdi/warehouse.py imports psycopg.
+# psycopg's `sql` module as streamdi.warehouse imports it: only streamdi/warehouse*.py import psycopg.
 from streamdi.warehouse import sql
 
 OK = "ok"

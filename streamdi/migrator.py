@@ -50,6 +50,7 @@ from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi.batchlog import DONE, SKIPPED, BatchLog
 from streamdi.faults import fault_point
 from streamdi.lake import CommitInfo, Lake
+from streamdi.warehouse_model import BatchMetric, TableChange, ledger_key
 
 if TYPE_CHECKING:
     from streamdi.warehouse import Warehouse
@@ -230,8 +231,6 @@ def _migrate_upto(
     done_versions: dict[str, int],
     batch_log: _BatchLogView,
 ) -> MigrationReport:
-    from streamdi.warehouse import BatchMetric, TableChange, ledger_key
-
     started = time.perf_counter()
     versions: dict[str, int] = {}
     rows: dict[int, int] = {}
