@@ -41,7 +41,7 @@ from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch
 from streamdi.settings import Settings
 
-# `sql` is psycopg's module as streamdi.warehouse imports it: only streamdi/warehouse.py imports psycopg.
+# `sql` is psycopg's module as streamdi.warehouse imports it: only streamdi/warehouse*.py import psycopg.
 from streamdi.warehouse import Warehouse, open_warehouse, sql
 
 

@@ -357,6 +357,34 @@ class BatchLog:
         events = self.lake.read_columns(BATCH_EVENTS, ["batch_id", "state"]).to_pylist()
         return frozenset(r["batch_id"] for r in events if r["state"] == RESUMED)
 
+    # ------------------------------------------------------------------------- readers for the migrator
+    @classmethod
+    def if_exists(cls, lake: Lake) -> BatchLog | None:
+        """The batch log of `lake`, or None when it has none yet: for readers that must not create its tables (the
+        migrator on a lake that no collect has written)."""
+        if not (lake.exists(BATCH_FILES) and lake.exists(BATCH_EVENTS)):
+            return None
+        return cls(lake)
+
+    def arrivals(self) -> dict[int, dt.datetime]:
+        """When each batch arrived: the `arrived_at` of its last file. Reads only those two columns (the batch log
+        grows, and every migration reads this)."""
+        data = self.lake.read_columns(BATCH_FILES, ["batch_id", "arrived_at"])
+        if data.num_rows == 0:
+            return {}
+        latest = data.group_by("batch_id", use_threads=False).aggregate([("arrived_at", "max")])
+        return dict(zip(latest["batch_id"].to_pylist(), latest["arrived_at_max"].to_pylist(), strict=True))
+
+    def progress(self, stages: Iterable[str] = STAGES) -> dict[tuple[int, str], tuple[str, dt.datetime | None]]:
+        """Each (batch, stage) of `stages` that has an event: its state (as `states`: from the events it has, not
+        their times) and when it was marked done (None unless it is done; a stage is marked done once). Reads only
+        the events' batch, stage, state and time columns."""
+        events = self.lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state", "at"])
+        events = events.filter(pc.is_in(events["stage"], pa.array(list(stages), pa.string()))).to_pylist()
+        done_at = {(e["batch_id"], e["stage"]): e["at"] for e in events if e["state"] == DONE}
+        states = stage_states(events)
+        return {key: (state, done_at.get(key) if state == DONE else None) for key, state in states.items()}
+
 
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0..100, nearest rank) of `values`, None when empty."""

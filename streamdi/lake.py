@@ -15,6 +15,12 @@ Spark does the compute; this module moves DataFrames in and out of Delta tables:
 Rows are sorted by the table's declared `order_by` before each write, so the same input always gives the
 same files (determinism does not depend on Spark partitioning). delta-rs must not be used in a process that
 forks afterwards: start helper processes with `spawn` or `subprocess`.
+
+Long because it is the one module that imports `deltalake`: every use of delta-rs (opening and caching table
+handles, the checked app-transaction commit, MERGE with deletes, the change feed, history, compaction, checkpoints
+and vacuum) stays behind `Lake`, so the rest of streamdi sees Delta tables only through it. The parts that need no
+delta-rs live elsewhere: the snapshot DataFrame cache in `streamdi.frames`, the cross-process locks in
+`streamdi.locks`, Arrow-to-Spark conversion in `streamdi.spark`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import json
 import logging
 import operator
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +45,7 @@ from pyspark.sql import functions as F
 from schemas.model import Table
 from streamdi.errors import LakeDiskFull
 from streamdi.faults import fault_point
+from streamdi.frames import FRAMES_KEPT, FrameCache
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.spark import arrow_frame, literal_frame
 
@@ -59,7 +65,6 @@ WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
-FRAMES_KEPT = 64  # snapshot DataFrames `Lake.read` keeps for reuse
 FIRST_COMMIT = "00000000000000000000.json"  # a Delta log's first commit file
 LAST_CHECKPOINT = "_last_checkpoint"  # names a Delta log's newest checkpoint
 
@@ -100,8 +105,7 @@ class Lake:
         self.spark = spark
         self._spark_factory = spark_factory
         self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
-        self._frames: OrderedDict[tuple, DataFrame] = OrderedDict()  # (path, files) -> snapshot DataFrame (`read`)
-        self._frames_lock = threading.Lock()
+        self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -235,31 +239,22 @@ class Lake:
     def read(self, table: Table, version: int | None = None) -> DataFrame:
         """The table's snapshot (latest, or at `version`) as a Spark DataFrame with the declared schema.
 
-        The DataFrame of a set of data files is kept (the last `FRAMES_KEPT`) and returned again while the
-        snapshot has the same files: a Delta data file never changes, and building the DataFrame costs Spark a
-        file listing and an analysis (about 60 ms), for tables that most micro-batches read unchanged (the
-        reference tables, Batch1's staged records)."""
+        The DataFrame of a set of data files is kept (the last `FRAMES_KEPT`, in a `streamdi.frames.FrameCache`)
+        and returned again while the snapshot has the same files (a Delta data file never changes)."""
         spark = self._spark()
         files = self._delta(table, version).file_uris()
         if not files:
             return self.empty(table)
-        key = (str(self.path(table)), tuple(files))
-        with self._frames_lock:
-            kept = self._frames.get(key)
-            if kept is not None and kept.sparkSession is spark:
-                self._frames.move_to_end(key)
-                return kept
-        frame = (
-            spark.read.schema(table.spark_schema())
-            .option("basePath", str(self.path(table)))
-            .parquet(*files)
-            .select(*table.column_names)
+        return self._frames.get_or_build(
+            (str(self.path(table)), tuple(files)),
+            spark,
+            lambda: (
+                spark.read.schema(table.spark_schema())
+                .option("basePath", str(self.path(table)))
+                .parquet(*files)
+                .select(*table.column_names)
+            ),
         )
-        with self._frames_lock:
-            self._frames[key] = frame
-            while len(self._frames) > FRAMES_KEPT:
-                self._frames.popitem(last=False)
-        return frame
 
     def empty(self, table: Table) -> DataFrame:
         """An empty DataFrame with the table's columns (`literal_frame`: no Python workers)."""

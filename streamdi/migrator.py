@@ -45,12 +45,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.model import Table
-from schemas.platform import BATCH_EVENTS, BATCH_FILES
 from schemas.quality import QUALITY_TABLES
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import DONE, SKIPPED, BatchLog, stage_states
+from streamdi.batchlog import DONE, SKIPPED, BatchLog
 from streamdi.faults import fault_point
 from streamdi.lake import CommitInfo, Lake
+from streamdi.warehouse_model import BatchMetric, TableChange, ledger_key
 
 if TYPE_CHECKING:
     from streamdi.warehouse import Warehouse
@@ -200,18 +200,15 @@ class _BatchLogView:
 
 
 def _read_batch_log(lake: Lake) -> _BatchLogView:
-    # Only the needed columns of the two batch log tables (a read per migration; the batch log grows).
-    if not (lake.exists(BATCH_FILES) and lake.exists(BATCH_EVENTS)):
+    """The batch log as the migrator needs it, through `BatchLog`'s readers (no log yet: nothing to migrate)."""
+    batch_log = BatchLog.if_exists(lake)
+    if batch_log is None:
         return _BatchLogView({}, {})
-    arrived = _batch_times(lake.read_columns(BATCH_FILES, ["batch_id", "arrived_at"]), "arrived_at")
-    events = lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state", "at"])
-    events = events.filter(pc.is_in(events["stage"], pa.array(["stage", "transform"]))).to_pylist()
-    states = stage_states(events)  # as BatchLog.states: from the events a stage has, not from their times
-    done_at = {(e["batch_id"], e["stage"]): e["at"] for e in events if e["state"] == DONE}  # one done event each
-    transformed = {b: at for (b, stage), at in done_at.items() if stage == "transform" and states[b, stage] == DONE}
-    skipped = frozenset(b for (b, stage), state in states.items() if stage == "transform" and state == SKIPPED)
-    staged = {b: at for (b, stage), at in done_at.items() if stage == "stage"}
-    return _BatchLogView(arrived, transformed, skipped, staged)
+    progress = batch_log.progress(("stage", "transform"))
+    transformed = {b: at for (b, stage), (state, at) in progress.items() if stage == "transform" and state == DONE}
+    skipped = frozenset(b for (b, stage), (state, _) in progress.items() if stage == "transform" and state == SKIPPED)
+    staged = {b: at for (b, stage), (state, at) in progress.items() if stage == "stage" and state == DONE}
+    return _BatchLogView(batch_log.arrivals(), transformed, skipped, staged)
 
 
 def _pending(batch_log: _BatchLogView, visible: int) -> list[int]:
@@ -234,8 +231,6 @@ def _migrate_upto(
     done_versions: dict[str, int],
     batch_log: _BatchLogView,
 ) -> MigrationReport:
-    from streamdi.warehouse import BatchMetric, TableChange, ledger_key
-
     started = time.perf_counter()
     versions: dict[str, int] = {}
     rows: dict[int, int] = {}
@@ -290,14 +285,6 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
         while (item := upcoming.result()) is not done:
             upcoming = pool.submit(next, items, done)
             yield item
-
-
-def _batch_times(data: pa.Table, column: str) -> dict[int, dt.datetime]:
-    """The latest `column` per batch_id (a batch arrived with its last file)."""
-    if data.num_rows == 0:
-        return {}
-    latest = data.group_by("batch_id", use_threads=False).aggregate([(column, "max")])
-    return dict(zip(latest["batch_id"].to_pylist(), latest[f"{column}_max"].to_pylist(), strict=True))
 
 
 def mark_migrated(lake: Lake, report: MigrationReport, *, now: dt.datetime) -> None:

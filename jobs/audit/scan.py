@@ -22,7 +22,7 @@ from typing import Any
 from jobs.audit.figures import Expected
 from jobs.audit.report import FAILED, NOT_CHECKED, OK, SKIPPED, Check
 
-# psycopg's `sql` module as streamdi.warehouse imports it: only streamdi/warehouse.py imports psycopg.
+# psycopg's `sql` module as streamdi.warehouse imports it: only streamdi/warehouse*.py import psycopg.
 from streamdi.warehouse import sql
 
 END_OF_TIME = dt.date(9999, 12, 31)

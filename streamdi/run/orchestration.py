@@ -259,7 +259,7 @@ def create_objects(settings: Settings | None = None) -> dict:
     from schemas.warehouse import WAREHOUSE_TABLES
     from streamdi.batchlog import BatchLog
     from streamdi.context import open_context
-    from streamdi.warehouse import PLATFORM_PG_TABLES, pg_qualified_name
+    from streamdi.warehouse_model import PLATFORM_PG_TABLES, pg_qualified_name
 
     ctx = open_context(_settings(settings))
     BatchLog(ctx.lake)

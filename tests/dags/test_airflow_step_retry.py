@@ -44,7 +44,8 @@ def _postgres(home: Path) -> dict[str, list[str]]:
     from schemas.warehouse import WAREHOUSE_TABLES
     from streamdi import embedded_pg
     from streamdi.settings import Settings
-    from streamdi.warehouse import open_warehouse, pg_qualified_name
+    from streamdi.warehouse import open_warehouse
+    from streamdi.warehouse_model import pg_qualified_name
 
     settings = Settings(home=home)
     warehouse = open_warehouse(settings)

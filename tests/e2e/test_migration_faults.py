@@ -38,7 +38,8 @@ from test_migration_pending import (  # noqa: E402
 from schemas.warehouse import STATUS_TYPE, TRADE_TYPE, WAREHOUSE_TABLES  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
 from streamdi.migrator import migrate_pending  # noqa: E402
-from streamdi.warehouse import COPY_CHUNK_ROWS, open_warehouse  # noqa: E402
+from streamdi.warehouse import open_warehouse  # noqa: E402
+from streamdi.warehouse_apply import COPY_CHUNK_ROWS  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

@@ -28,7 +28,9 @@ from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch, migrate_pending, pending_batches
 from streamdi.run.pipeline import migrate_job
 from streamdi.settings import Settings
-from streamdi.warehouse import TableChange, Warehouse, create_table_sql, open_warehouse
+from streamdi.warehouse import Warehouse, open_warehouse
+from streamdi.warehouse_ddl import create_table_sql
+from streamdi.warehouse_model import TableChange
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,9 @@ from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.warehouse import TRADE_TYPE, WAREHOUSE_TABLES
 from streamdi.lake import Lake
 from streamdi.migrator import MIGRATED_TABLES, migrate_batch, migrate_pending
-from streamdi.warehouse import TableChange, Warehouse, WarehouseSchemaError, open_warehouse
+from streamdi.warehouse import Warehouse, open_warehouse
+from streamdi.warehouse_ddl import WarehouseSchemaError
+from streamdi.warehouse_model import TableChange
 
 pytestmark = pytest.mark.integration
 

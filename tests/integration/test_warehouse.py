@@ -23,15 +23,10 @@ from schemas.model import Column as C
 from schemas.model import Table
 from streamdi import embedded_pg
 from streamdi.settings import Settings
-from streamdi.warehouse import (
-    BULK_LOAD_ROWS,
-    COPY_CHUNK_ROWS,
-    TableChange,
-    Warehouse,
-    WarehouseSchemaError,
-    create_table_sql,
-    open_warehouse,
-)
+from streamdi.warehouse import Warehouse, open_warehouse
+from streamdi.warehouse_apply import BULK_LOAD_ROWS, COPY_CHUNK_ROWS
+from streamdi.warehouse_ddl import WarehouseSchemaError, create_table_sql
+from streamdi.warehouse_model import TableChange
 
 pytestmark = pytest.mark.integration
 
@@ -191,7 +186,8 @@ def test_every_login_to_the_embedded_server_needs_its_password_also_after_an_old
     """A server of its own: pg_hba.conf is one SCRAM line, the passwords are in <home>/pgpass (0600), a conninfo
     without the file is refused for every role. Then the home is made as an older streamdi left it (trust, no
     password file): the next start converts it, the data stays."""
-    from streamdi.warehouse import LOADER_ROLE, READER_ROLE, open_warehouse
+    from streamdi.warehouse import open_warehouse
+    from streamdi.warehouse_model import LOADER_ROLE, READER_ROLE
 
     settings = Settings(home=tmp_path / "home")
 

@@ -11,7 +11,8 @@ from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.warehouse import DIM_TRADE, WAREHOUSE_TABLES
 from streamdi.lake import CommitInfo
 from streamdi.migrator import MIGRATED_TABLES, net_changes, rows_per_batch, target_version
-from streamdi.warehouse import create_table_sql, ledger_key, pg_qualified_name
+from streamdi.warehouse_ddl import create_table_sql
+from streamdi.warehouse_model import ledger_key, pg_qualified_name
 
 T = Table("t", "warehouse", (Column("id", "int", False), Column("v", "string")), key=("id",), order_by=("id",))
 

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Every module that sends SQL to PostgreSQL (through streamdi.warehouse, the one module importing psycopg).
+# Every module that sends SQL to PostgreSQL (through streamdi.warehouse, streamdi.warehouse_ddl and
+# streamdi.warehouse_apply, the modules importing psycopg).
 # streamdi/embedded_pg.py is left out on purpose: its psql scripts go through stdin to the bundled psql, not
 # psycopg, and the values in them are generated tokens and constant role names.
 SQL_MODULES = (
     "streamdi/warehouse.py",
+    "streamdi/warehouse_ddl.py",
+    "streamdi/warehouse_apply.py",
     "streamdi/queries.py",
     *sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("streamdi/run/cli/*.py")),
     "streamdi/run/stream.py",
