@@ -4,7 +4,7 @@
 |------|--------|--------|
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
 | T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.securities` |
-| T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.accounts`, `jobs.prospect` |
+| T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
 | T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.trades`, `jobs.holdings`, `jobs.cash_balances` |
 | T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
 | AG   | live windows: trade_windows, market_windows (late records in DImessages) | `jobs.windows` |
@@ -38,8 +38,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from jobs import (
-    accounts,
     cash_balances,
+    create_accounts,
     holdings,
     market_history,
     messages,
@@ -85,7 +85,7 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 STEPS: tuple[Step, ...] = (
     Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
     Step("T1", securities.run, after=("T0",), checked=True, spark=True),
-    Step("T2", accounts.run, after=("T0",), checked=True, spark=True),
+    Step("T2", create_accounts.run, after=("T0",), checked=True, spark=True),
     Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, spark=True),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
     Step("AG", windows.run, after=("T3", "T4"), checked=True),
