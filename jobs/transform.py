@@ -3,7 +3,7 @@
 | step | tables | module |
 |------|--------|--------|
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
-| T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.securities` |
+| T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.create_securities` |
 | T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
 | T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.trades`, `jobs.holdings`, `jobs.cash_balances` |
 | T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from jobs import (
     cash_balances,
     create_accounts,
+    create_securities,
     holdings,
     market_history,
     messages,
     reference,
-    securities,
     trades,
     validate,
     watches,
@@ -84,7 +84,7 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 
 STEPS: tuple[Step, ...] = (
     Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
-    Step("T1", securities.run, after=("T0",), checked=True, spark=True),
+    Step("T1", create_securities.run, after=("T0",), checked=True, spark=True),
     Step("T2", create_accounts.run, after=("T0",), checked=True, spark=True),
     Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, spark=True),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
