@@ -5,7 +5,7 @@
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
 | T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.create_securities` |
 | T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
-| T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.trades`, `jobs.holdings`, `jobs.cash_balances` |
+| T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.create_trades`, `jobs.holdings`, `jobs.cash_balances` |
 | T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
 | AG   | live windows: trade_windows, market_windows (late records in DImessages) | `jobs.windows` |
 | DM   | DImessages: validation counts, phase complete | `jobs.messages` |
@@ -41,11 +41,11 @@ from jobs import (
     cash_balances,
     create_accounts,
     create_securities,
+    create_trades,
     holdings,
     market_history,
     messages,
     reference,
-    trades,
     validate,
     watches,
     windows,
@@ -67,7 +67,7 @@ class Step:
 
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Step T3: DimTrade, then FactHoldings (keyed through DimTrade), and FactCashBalances."""
-    rows = trades.run(ctx, scope)
+    rows = create_trades.run(ctx, scope)
     for part in (holdings.run, cash_balances.run):
         for table, n in part(ctx, scope).items():
             rows[table] = rows.get(table, 0) + n
