@@ -1,4 +1,8 @@
-"""T3 (CreateTrades): DimTrade, one row per trade, with held trades and the trade alerts.
+"""DimTrade (part of step T3, CreateTrades): one row per trade, with held trades and the trade alerts.
+
+Pure transforms: Spark DataFrames in and out for the trades, Arrow tables in and out for the holds. Nothing
+here reads or writes the lake: the candidate trades and the dimension versions they name are read by
+`jobs.trade_candidates`, and the T3 step (`jobs.create_trades`) commits.
 
 Implements TPC-DI 1.1.0 clause 4.5.8 (DimTrade from Batch1 Trade.txt + TradeHistory.txt), the incremental
 DimTrade rules (Trade.txt with CDC_FLAG/CDC_DSN) and the DimTrade alerts of DImessages (3.2.18):
@@ -29,13 +33,6 @@ DimTrade rules (Trade.txt with CDC_FLAG/CDC_DSN) and the DimTrade alerts of DIme
   (split-invariant identities: no file names or line numbers). They are raised when the record is staged,
   whether or not its trade can be built yet.
 
-Incrementality (recompute per touched key, see `jobs.scd2`): a micro-batch recomputes, from every record staged
-so far, each trade that (a) has a record in this micro-batch, (b) is held, or (c) trades on an account or a
-security whose dimension rows changed in this micro-batch (read from the Delta change feed of the micro-batch's
-commits to DimAccount/DimSecurity: a new or re-cut account version that starts on or before a trade's creation
-day can change its keys). Rows are upserted; the MERGE leaves equal rows alone. The result equals a load of
-everything at once whatever the split.
-
 Held trades (`schemas.holds.TRADE_HOLDS`): a touched trade that cannot be built -- no DimAccount/DimSecurity
 version on its creation day, no creation record yet (an incremental U line ahead of its I line), no Trade
 record yet (TradeHistory ahead of Trade.txt), unknown status/type code -- is not written (and is removed from
@@ -50,46 +47,19 @@ count of micro-batches, as this step once used, made a fine drip reject trades t
 last TPC-DI batch loaded has no later one, so its unresolved trades stay held. Decision (spec silent): rejection
 is final -- a rejected trade is not retried, even if the missing part arrives later, so a published rejection is
 never silently undone; the trade stays in the holds table with its reason.
-
-Commits (app transactions `T3/<table>`, version = micro-batch, each skipped when already recorded): DimTrade,
-then DImessages, then the holds table -- always, even when empty. The holds are an input of the recomputation,
-so they go last: a crash before their commit recomputes exactly the same result on rerun, and their recorded
-transaction marks T3 done for the micro-batch.
-
-Spark work: one action collects the touched trades' rows and the alerts of this micro-batch's records together
-(`jobs.collect`); the new hold rows and the rejection alerts are then derived from those rows in the driver.
-Only the records of candidate trades are aggregated once earlier micro-batches staged trades: the candidates
-(trades with a record in this micro-batch, held ones, ones naming a changed account or symbol) and their
-records are read with delta-rs, filtered on the trade ids, and handed to Spark as Arrow (`candidate_ids`,
-`candidate_tables`), with only the DimAccount and DimSecurity versions their records name
-(`versions_named`), so a small micro-batch runs no Spark job over every staged trade or a whole dimension. Above
-`DRIVER_CANDIDATES` candidate trades Spark selects them instead (`candidate_records`).
 """
 
 from __future__ import annotations
-
-import logging
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.collect import collect_parts
-from jobs.messages import ALERT, ALERT_COLUMNS, alerts, commit_messages
+from jobs.messages import ALERT, ALERT_COLUMNS, alerts
 from jobs.scd2 import valid_at
-from jobs.scope import BatchScope
-from schemas import sources as src
-from schemas import warehouse as wh
 from schemas.holds import HELD, REJECTED, TRADE_HOLDS
-from schemas.model import Table
-from streamdi.context import JobContext
-from streamdi.lake import within_range
-from streamdi.spark import arrow_frame
 
-log = logging.getLogger(__name__)
-
-STEP = "T3"
 SOURCE = "DimTrade"
 CLOSE_STATUSES = ("CMPT", "CNCL")
 # the declared order of a trade's records (see the module docstring)
@@ -370,7 +340,7 @@ def next_holds(unresolved: pa.Table, held_before: pa.Table, batch_id: int, curre
     ).cast(TRADE_HOLDS.arrow_schema())
 
 
-# ------------------------------------------------------------------------------------------------- run
+# ----------------------------------------------------------------------------------------- which trades
 def touched_trades(
     states: DataFrame,
     batch_id: int,
@@ -408,190 +378,3 @@ def candidate_records(
         if changed is not None:
             ids = ids.unionByName(records.join(F.broadcast(changed), column, "left_semi").select("tradeid"))
     return records.join(ids.distinct(), "tradeid", "left_semi")
-
-
-# the staged trade tables and the column that holds the trade id in each
-TRADE_ID = {
-    src.TRADE.staging.name: "t_id",
-    src.TRADE_HISTORY.staging.name: "th_t_id",
-    src.TRADE_CDC.staging.name: "t_id",
-}
-# Above this many candidate trades the records are selected in Spark (`candidate_records`) instead of read into
-# the driver (`candidate_tables`), e.g. when a reference change gives every account a new version.
-DRIVER_CANDIDATES = 100_000
-
-
-def candidate_ids(
-    ctx: JobContext,
-    scope: BatchScope,
-    tables: tuple[Table, ...],
-    held: pa.Array,
-    changed_accounts: pa.Array | None,
-    changed_symbols: pa.Array | None,
-) -> pa.Array:
-    """The trade ids `candidate_records` selects, read with delta-rs (no Spark job): trades with a record in this
-    micro-batch, the held ones (`held`), and those with a record naming a changed account or symbol."""
-    parts = [held.cast(pa.int64())]
-    for table in tables:
-        cond = pc.field("batch_id") == scope.batch_id
-        if changed_accounts is not None and "t_ca_id" in table.column_names:
-            cond = cond | pc.field("t_ca_id").isin(changed_accounts.cast(pa.int64()))
-        if changed_symbols is not None and "t_s_symb" in table.column_names:
-            cond = cond | pc.field("t_s_symb").isin(changed_symbols.cast(pa.string()))
-        column = TRADE_ID[table.name]
-        parts.append(scope.staged_where(ctx, table, cond, [column])[column].combine_chunks())
-    return pc.unique(pa.concat_arrays(parts))
-
-
-def candidate_tables(ctx: JobContext, scope: BatchScope, tables: tuple[Table, ...], ids: pa.Array) -> list[pa.Table]:
-    """Every staged record (up to this micro-batch) of the trades `ids`, per table, read with delta-rs: the same
-    rows `candidate_records` keeps, without scanning every staged trade in Spark."""
-    found = []
-    for table in tables:
-        column = TRADE_ID[table.name]
-        wanted = pc.field(column).isin(ids)
-        if len(ids):  # the id range lets the read skip the row groups of other trades
-            wanted = wanted & within_range(column, ids)
-        found.append(scope.staged_where(ctx, table, wanted))
-    return found
-
-
-def versions_named(ctx: JobContext, dim: Table, key: str, records: list[pa.Table], column: str) -> DataFrame:
-    """The versions of `dim` (DimAccount, DimSecurity) whose natural key `key` some record names in `column`,
-    read with delta-rs: a trade's keys come from its latest Trade record, one of its records, so these are all
-    the versions `assign_trade_keys` can pick for the candidate trades (and Spark scans no whole dimension)."""
-    if not ctx.lake.exists(dim):
-        return ctx.lake.empty(dim)
-    named = [t[column] for t in records if column in t.column_names]
-    values = pc.unique(pa.chunked_array([c for col in named for c in col.chunks], named[0].type))
-    return ctx.lake.to_frame(dim, ctx.lake.read_where(dim, pc.field(key).isin(values)))
-
-
-def _read(ctx: JobContext, table: Table, *, scope: BatchScope | None = None) -> DataFrame:
-    """A warehouse table (or, with `scope`, a staging table's rows up to this micro-batch); empty if absent."""
-    if not ctx.lake.exists(table):
-        return ctx.lake.empty(table)
-    return scope.staged(ctx, table, upto=True) if scope else ctx.lake.read(table)
-
-
-def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
-    """False when no trade can change: no trade file in the micro-batch, no held trade, and neither DimAccount
-    nor DimSecurity committed in it (checked on the commit log, without Spark)."""
-    if scope.carries(src.TRADE.name, src.TRADE_HISTORY.name, src.TRADE_CDC.name):
-        return True
-    holds = _read_holds(ctx)
-    if pc.any(pc.equal(holds["state"], HELD)).as_py():
-        return True
-    for step, table in (("T2", wh.DIM_ACCOUNT), ("T1", wh.DIM_SECURITY)):
-        if any(
-            c.txn_version == scope.batch_id and c.app_id == scope.app_id(step, table)
-            for c in scope.recent_history(ctx, table)
-        ):
-            return True
-    return False
-
-
-def _read_holds(ctx: JobContext) -> pa.Table:
-    if not ctx.lake.exists(TRADE_HOLDS):
-        return TRADE_HOLDS.arrow_schema().empty_table()
-    return ctx.lake.read_arrow(TRADE_HOLDS).cast(TRADE_HOLDS.arrow_schema())
-
-
-def _changed_keys(ctx: JobContext, scope: BatchScope, table: Table, column: str) -> pa.Array | None:
-    """Distinct `column` values of the rows this micro-batch's commits changed in `table`, from the table's
-    change feed; None when nothing changed."""
-    rows = scope.changed(ctx, table, [column])
-    if rows is None:
-        return None
-    keys = pc.unique(rows[column].combine_chunks())
-    return keys if len(keys) else None
-
-
-def _key_frame(ctx: JobContext, keys: pa.Array | None, alias: str) -> DataFrame | None:
-    return None if keys is None else arrow_frame(ctx.spark, pa.table({alias: keys}))
-
-
-def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Recompute the touched trades of this micro-batch; commit DimTrade, then DImessages, then the holds."""
-    sources = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
-    if not any(ctx.lake.exists(t) for t in sources):
-        return {}
-    if scope.committed(ctx, STEP, TRADE_HOLDS):  # the last of T3's commits: this micro-batch is done
-        return {}
-    if not _anything_to_do(ctx, scope):
-        return {}
-    done = {t.name: scope.committed(ctx, STEP, t) for t in (wh.DIM_TRADE, wh.DI_MESSAGES)}
-    current = max(scope.source_batches) if scope.source_batches else None
-    holds = _read_holds(ctx)
-    # holds of TPC-DI batches that have ended are rejected before anything of this batch is looked at
-    expired = expired_holds(holds, current)
-    if expired.num_rows:
-        gone = pc.is_in(holds["tradeid"], value_set=expired["tradeid"])
-        holds = pa.concat_tables([holds.filter(pc.invert(gone)), expired])
-    holds_df = ctx.lake.to_frame(TRADE_HOLDS, holds)
-    held_before = holds.filter(pc.equal(holds["state"], HELD))
-
-    trade_types = _read(ctx, wh.TRADE_TYPE)
-    changed_keys = (
-        _changed_keys(ctx, scope, wh.DIM_ACCOUNT, "accountid"),
-        _changed_keys(ctx, scope, wh.DIM_SECURITY, "symbol"),
-    )
-    changed = (_key_frame(ctx, changed_keys[0], "t_ca_id"), _key_frame(ctx, changed_keys[1], "t_s_symb"))
-    # Only the candidate trades' records are aggregated when earlier micro-batches staged trades (else every
-    # record is a candidate). Few candidates: their records are read with delta-rs, so no Spark job scans every
-    # staged trade; many: Spark selects them.
-    ids = None
-    if scope.staged_before(ctx, sources):
-        ids = candidate_ids(ctx, scope, sources, held_before["tradeid"].combine_chunks(), *changed_keys)
-    if ids is not None and len(ids) <= DRIVER_CANDIDATES:
-        found = candidate_tables(ctx, scope, sources, ids)
-        records = trade_records(*[ctx.lake.to_frame(t, rows) for t, rows in zip(sources, found, strict=True)])
-        candidates = records
-        securities = versions_named(ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
-        accounts = versions_named(ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
-    else:
-        records = trade_records(*[_read(ctx, t, scope=scope) for t in sources])
-        held = holds_df.where(F.col("state") == HELD)
-        candidates = records if ids is None else candidate_records(records, scope.batch_id, held, *changed)
-        securities, accounts = _read(ctx, wh.DIM_SECURITY), _read(ctx, wh.DIM_ACCOUNT)
-    states = touched_trades(trade_states(candidates, trade_types), scope.batch_id, holds_df, *changed)
-    built = build_trades(states, securities, accounts, _read(ctx, wh.STATUS_TYPE), trade_types)
-    # one Spark action for the trades and the alerts of this micro-batch's records
-    got = collect_parts({"trades": built, "alerts": trade_alerts(records.where(F.col("batch_id") == scope.batch_id))})
-    trades_built = got["trades"]
-    complete = pc.is_null(trades_built["_reason"])
-    unresolved = (
-        trades_built.filter(pc.invert(complete))
-        .select(["tradeid", "_source_batch", "_reason"])
-        .rename_columns(["tradeid", "source_batch", "reason"])
-    )
-    new_holds = next_holds(unresolved, held_before, scope.batch_id, current)
-    rows: dict[str, int] = {}
-    if not done[wh.DIM_TRADE.name]:
-        resolved = ctx.lake.to_arrow(wh.DIM_TRADE, trades_built.filter(complete))
-        gone = new_holds.select(["tradeid"])  # a held trade must not stay in DimTrade with old keys
-        if resolved.num_rows or gone.num_rows:
-            ctx.lake.upsert(
-                wh.DIM_TRADE, resolved, app_id=scope.app_id(STEP, wh.DIM_TRADE), version=scope.batch_id, deletes=gone
-            )
-        rows[wh.DIM_TRADE.name] = resolved.num_rows
-
-    messages = got["alerts"].select(ALERT_COLUMNS.names).cast(ALERT_COLUMNS)
-    newly_rejected = pa.concat_tables([expired, new_holds.filter(pc.equal(new_holds["state"], REJECTED))])
-    if newly_rejected.num_rows:
-        messages = pa.concat_tables([messages, rejection_alerts(newly_rejected)])
-    rows[wh.DI_MESSAGES.name] = commit_messages(ctx, scope, STEP, messages)
-
-    still = set(new_holds["tradeid"].to_pylist())
-    released = sorted(t for t in held_before["tradeid"].to_pylist() if t not in still)
-    # committed even when empty: the holds commit is T3's last, so its app transaction marks T3 done
-    ctx.lake.upsert(
-        TRADE_HOLDS,
-        pa.concat_tables([new_holds, expired]),
-        app_id=scope.app_id(STEP, TRADE_HOLDS),
-        version=scope.batch_id,
-        deletes=pa.table({"tradeid": pa.array(released, pa.int64())}),
-    )
-    rows[TRADE_HOLDS.name] = new_holds.num_rows
-    log.info("T3 micro-batch %s: %s", scope.batch_id, rows)
-    return rows

@@ -3,12 +3,16 @@
 | step | tables | module |
 |------|--------|--------|
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
-| T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.securities` |
-| T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.accounts`, `jobs.prospect` |
-| T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.trades`, `jobs.holdings`, `jobs.cash_balances` |
+| T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.create_securities` |
+| T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
+| T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.create_trades`, `jobs.holdings`, `jobs.cash_balances` |
 | T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
 | AG   | live windows: trade_windows, market_windows (late records in DImessages) | `jobs.windows` |
 | DM   | DImessages: validation counts, phase complete | `jobs.messages` |
+
+The `create_*` modules are the steps (what a micro-batch touches, reads, commits); the rules of their tables are
+pure transforms beside them: `jobs.companies`, `jobs.securities`, `jobs.financials` (T1), `jobs.customers`,
+`jobs.accounts` (T2), `jobs.trades` (T3, whose reads are `jobs.trade_candidates`).
 
 T3 and T4 both need only T1 and T2 (T4 reads no table of T3), so they run at the same time too; AG aggregates the
 trades of T3 and the market rows of T4 into the live windows (`schemas.windows`); alerts go to
@@ -21,6 +25,9 @@ commits to them (batch order guarantees nothing later has been committed), so a 
 interrupted run would have computed. T1 and T2 depend only on T0: they run at the same time, in two threads
 (Spark runs their jobs side by side; their commits go to different tables, except DImessages, where each
 upserts only the alerts of its own tables under the table's commit lock); so do T3 and T4 after them.
+
+Each step declares the steps it runs after (`Step.after`); the order is not written out anywhere else: `waves`
+sorts the graph (`graphlib.TopologicalSorter`) into waves of steps that can run together.
 
 After a step commits, the warehouse suites of its tables run on what it wrote (`jobs.validate`). A failed
 `halt` check ends the run after that wave: `TransformReport.halts` says why, and the later steps (DM included)
@@ -36,16 +43,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 
 from jobs import (
-    accounts,
     cash_balances,
+    create_accounts,
+    create_securities,
+    create_trades,
     holdings,
     market_history,
     messages,
     reference,
-    securities,
-    trades,
     validate,
     watches,
     windows,
@@ -67,7 +75,7 @@ class Step:
 
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Step T3: DimTrade, then FactHoldings (keyed through DimTrade), and FactCashBalances."""
-    rows = trades.run(ctx, scope)
+    rows = create_trades.run(ctx, scope)
     for part in (holdings.run, cash_balances.run):
         for table, n in part(ctx, scope).items():
             rows[table] = rows.get(table, 0) + n
@@ -84,8 +92,8 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 
 STEPS: tuple[Step, ...] = (
     Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
-    Step("T1", securities.run, after=("T0",), checked=True, spark=True),
-    Step("T2", accounts.run, after=("T0",), checked=True, spark=True),
+    Step("T1", create_securities.run, after=("T0",), checked=True, spark=True),
+    Step("T2", create_accounts.run, after=("T0",), checked=True, spark=True),
     Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, spark=True),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
     Step("AG", windows.run, after=("T3", "T4"), checked=True),
@@ -172,18 +180,25 @@ def _record(
 
 
 def waves(steps: tuple[Step, ...]) -> list[tuple[Step, ...]]:
-    """`steps` in waves: each wave holds the steps (in declared order) whose dependencies are all in earlier
-    waves. Raises on a dependency that no step satisfies (a cycle or an unknown name)."""
-    done: set[str] = set()
-    remaining = list(steps)
+    """`steps` in waves, sorted from their declared dependencies (`Step.after`) with `graphlib.TopologicalSorter`:
+    each wave holds the steps (in declared order) whose dependencies are all in earlier waves. Raises on a
+    dependency that no step satisfies (a cycle or an unknown name)."""
+    known = {s.name for s in steps}
+    unknown = [(s.name, s.after) for s in steps if not set(s.after) <= known]
+    if unknown:
+        raise ValueError(f"unsatisfiable step dependencies: {unknown}")
+    graph = TopologicalSorter({s.name: s.after for s in steps})
+    try:
+        graph.prepare()
+    except CycleError as cycle:
+        raise ValueError(f"unsatisfiable step dependencies: a cycle {cycle.args[1]}") from cycle
+    position = {s.name: i for i, s in enumerate(steps)}
+    by_name = {s.name: s for s in steps}
     out = []
-    while remaining:
-        wave = tuple(s for s in remaining if set(s.after) <= done)
-        if not wave:
-            raise ValueError(f"unsatisfiable step dependencies: {[(s.name, s.after) for s in remaining]}")
-        out.append(wave)
-        done |= {s.name for s in wave}
-        remaining = [s for s in remaining if s not in wave]
+    while graph.is_active():
+        ready = sorted(graph.get_ready(), key=position.__getitem__)
+        out.append(tuple(by_name[name] for name in ready))
+        graph.done(*ready)
     return out
 
 

@@ -1,12 +1,12 @@
 """State the transform steps keep between micro-batches: held records (work that arrived before what it refers to and
 waits in the lake for it) and the slices of the 52-week market windows.
 
-`staging.trade_holds` (step T3, `jobs.trades`): one row per trade that cannot be built yet -- its account or
-security has no dimension version on the trade's creation day, its creation record or its Trade record has not
-arrived, or its status/type code is unknown. A held trade is retried in every later micro-batch of its TPC-DI
-batch; when the missing part arrives its row is deleted and the trade enters DimTrade. When a later TPC-DI batch
-starts it becomes `rejected` (final) and a DImessages Alert gives the reason: the expiry is the end of the
-trade's TPC-DI batch, a property of the data, never a count of micro-batches.
+`staging.trade_holds` (step T3: rules in `jobs.trades`, commits in `jobs.create_trades`): one row per trade that
+cannot be built yet -- its account or security has no dimension version on the trade's creation day, its creation
+record or its Trade record has not arrived, or its status/type code is unknown. A held trade is retried in every
+later micro-batch of its TPC-DI batch; when the missing part arrives its row is deleted and the trade enters
+DimTrade. When a later TPC-DI batch starts it becomes `rejected` (final) and a DImessages Alert gives the reason:
+the expiry is the end of the trade's TPC-DI batch, a property of the data, never a count of micro-batches.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""T1 (jobs.securities): DimCompany, DimSecurity, Financial and their alerts from hand-written FINWIRE records.
+"""T1 (jobs.create_securities): DimCompany, DimSecurity, Financial and their alerts from hand-written FINWIRE records.
 
 Every expected row is written out by hand from the rules in the module docstring (TPC-DI 1.1.0, 4.5.3, 4.5.7,
 4.5.8). Surrogate keys follow the declared rules, restated here (`sk`: `CIK * 100000 + days since 1900-01-01`;
@@ -26,7 +26,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from jobs import securities
+from jobs import create_securities
+from jobs.companies import company_of_key, company_references, resolve_company
 from jobs.scd2 import hashed_surrogate_key, surrogate_key
 from jobs.scope import BatchScope
 from schemas import warehouse as wh
@@ -335,7 +336,7 @@ def loaded(spark, tmp_path_factory):
     """The scenario loaded as one micro-batch (both files and the reference files)."""
     ctx = _context(spark, tmp_path_factory.mktemp("t1_single"))
     scope = _stage(ctx, 1, [Q1, Q2])
-    written = securities.run(ctx, scope)
+    written = create_securities.run(ctx, scope)
     return ctx, scope, written
 
 
@@ -368,7 +369,7 @@ def test_alerts_invalid_rating_unknown_status_unknown_company(loaded):
 def test_rerun_of_committed_micro_batch_changes_nothing(loaded):
     ctx, scope, _ = loaded
     versions = {t.name: ctx.lake.version(t) for t in TABLES}
-    assert securities.run(ctx, scope) == {}
+    assert create_securities.run(ctx, scope) == {}
     assert {t.name: ctx.lake.version(t) for t in TABLES} == versions
 
 
@@ -376,13 +377,13 @@ def test_micro_batch_without_finwire_does_nothing(loaded):
     ctx, _, _ = loaded
     versions = {t.name: ctx.lake.version(t) for t in TABLES}
     scope = BatchScope(batch_id=2, source_batches=(2,), batch_dates={1: BATCH_DATE.date()}, file_seq={"x/Trade.txt": 0})
-    assert securities.run(ctx, scope) == {}
+    assert create_securities.run(ctx, scope) == {}
     assert {t.name: ctx.lake.version(t) for t in TABLES} == versions
 
 
 def test_later_quarter_first_over_two_micro_batches_gives_same_tables(spark, tmp_path, loaded):
     ctx = _context(spark, tmp_path)
-    first = securities.run(ctx, _stage(ctx, 1, [Q2]))
+    first = create_securities.run(ctx, _stage(ctx, 1, [Q2]))
     assert first == {"dimcompany": 2, "dimsecurity": 1, "financial": 2, "dimessages": 4}
     # Acme's first version is not known yet: its 1967-04-05 filing waits with an alert, the 04-20 one (by name)
     # resolves; BETA's later record resolves to the company under its new name.
@@ -399,7 +400,7 @@ def test_later_quarter_first_over_two_micro_batches_gives_same_tables(spark, tmp
         ("Financial", f"{Q2}:5"),
         ("Financial", f"{Q2}:8"),
     ]
-    second = securities.run(ctx, _stage(ctx, 2, [Q1]))
+    second = create_securities.run(ctx, _stage(ctx, 2, [Q1]))
     assert set(second) == {"dimcompany", "dimsecurity", "financial", "dimessages"}
     # the earlier quarter completes every history and withdraws the alert of the filing it resolves
     assert _tables(ctx) == _tables(loaded[0])
@@ -408,10 +409,10 @@ def test_later_quarter_first_over_two_micro_batches_gives_same_tables(spark, tmp
 def test_unit_company_key_inverse_and_arrived_sources(spark):
     df = spark.createDataFrame([(1234567890, D(1967, 4, 10))], "cik bigint, day date")
     key = df.select(surrogate_key("cik", "day").alias("k"))
-    assert key.select(securities.company_of_key(F.col("k"))).first()[0] == 1234567890
-    assert securities.arrived_sources(["Batch1/FINWIRE1967Q1", "Batch1/FINWIRE1967Q1_audit.csv"]) == {"FINWIRE"}
-    assert securities.arrived_sources(["Batch1/Industry.txt", "Batch2/Trade.txt"]) == {"Industry"}
-    assert securities.arrived_sources(["Batch1/Trade.txt"]) == set()
+    assert key.select(company_of_key(F.col("k"))).first()[0] == 1234567890
+    assert create_securities.arrived_sources(["Batch1/FINWIRE1967Q1", "Batch1/FINWIRE1967Q1_audit.csv"]) == {"FINWIRE"}
+    assert create_securities.arrived_sources(["Batch1/Industry.txt", "Batch2/Trade.txt"]) == {"Industry"}
+    assert create_securities.arrived_sources(["Batch1/Trade.txt"]) == set()
 
 
 def test_unit_reference_resolves_to_version_valid_that_day(spark):
@@ -435,7 +436,7 @@ def test_unit_reference_resolves_to_version_valid_that_day(spark):
         ],
         "line_no bigint, _ref string, _pdate date",
     ).withColumn("source_file", F.lit("f"))
-    resolved = securities.resolve_company(records, securities.company_references(companies))
+    resolved = resolve_company(records, company_references(companies))
     got = sorted((r["line_no"], r["_companyid"], r["sk_companyid"]) for r in resolved.collect())
     assert got == [
         (1, 5, sk(5, D(1970, 1, 1))),

@@ -1,5 +1,5 @@
-"""T2 (jobs.accounts, jobs.prospect): DimCustomer, DimAccount, Prospect and the customer alerts from hand-written
-staged records.
+"""T2 (jobs.create_accounts, jobs.customers, jobs.accounts, jobs.prospect): DimCustomer, DimAccount, Prospect and
+the customer alerts from hand-written staged records.
 
 Every expected row is written out by hand from the rules in the module docstring (TPC-DI 1.1.0, 4.5 DimCustomer
 and DimAccount). Surrogate keys follow the declared rule `natural * 100000 + days since 1900-01-01`, restated
@@ -22,7 +22,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from jobs import accounts
+from jobs import create_accounts
+from jobs.customers import gender, phone_number
 from jobs.scope import BatchScope
 from schemas import sources as src
 from schemas import warehouse as wh
@@ -292,12 +293,12 @@ def load_two_batches(ctx: JobContext) -> tuple[dict, dict]:
     each."""
     stage(ctx, 1, CUSTOMER_MGMT, ACTIONS)
     stage(ctx, 1, src.PROSPECT.staging, PROSPECTS_1)
-    first = accounts.run(ctx, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
+    first = create_accounts.run(ctx, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
     stage(ctx, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
     stage(ctx, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
     stage(ctx, 2, src.PROSPECT.staging, PROSPECTS_2)
     files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
-    second = accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
+    second = create_accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
     return first, second
 
 
@@ -523,7 +524,7 @@ def test_a_third_snapshot_dates_each_prospect_by_the_batch_that_last_changed_it(
     ]
     stage(ctx, 3, src.PROSPECT.staging, third)
     dates = {1: B1, 2: B2, 3: b3}
-    assert accounts.run(ctx, scope(3, ["Batch3/Prospect.csv", "Batch3/BatchDate.txt"], dates, (3,), (3,))) == {
+    assert create_accounts.run(ctx, scope(3, ["Batch3/Prospect.csv", "Batch3/BatchDate.txt"], dates, (3,), (3,))) == {
         "dimcustomer": 0, "dimaccount": 0, "dimessages": 0, "prospect": 3,
     }  # fmt: skip
     got = {
@@ -553,7 +554,7 @@ def test_rerunning_a_committed_micro_batch_changes_nothing(loaded):
     tables = (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT)
     before = {t.name: (ctx.lake.version(t), table(ctx, t)) for t in tables}
     files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
-    again = accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
+    again = create_accounts.run(ctx, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
     assert again == {}
     assert {t.name: (ctx.lake.version(t), table(ctx, t)) for t in tables} == before
 
@@ -570,15 +571,15 @@ def test_any_split_into_micro_batches_in_any_order_gives_the_same_tables(loaded,
     split = make_context(spark, tmp_path_factory.mktemp("t2-split"))
     stage(split, 1, CUSTOMER_MGMT, ACTIONS)
     stage(split, 1, src.PROSPECT.staging, [{**p, "source_file": "Batch1/Prospect_a.csv"} for p in (BBB1, CCC1)])
-    assert accounts.run(split, scope(1, [XML, "Batch1/Prospect_a.csv"], {}, (), (1,)))["dimessages"] == 0
+    assert create_accounts.run(split, scope(1, [XML, "Batch1/Prospect_a.csv"], {}, (), (1,)))["dimessages"] == 0
     stage(split, 2, src.PROSPECT.staging, [{**p, "source_file": "Batch1/Prospect_b.csv"} for p in (AAA9, DDD1)])
-    accounts.run(split, scope(2, ["Batch1/BatchDate.txt", "Batch1/Prospect_b.csv"], {1: B1}, (1,), (1,)))
+    create_accounts.run(split, scope(2, ["Batch1/BatchDate.txt", "Batch1/Prospect_b.csv"], {1: B1}, (1,), (1,)))
     assert {r["agencyid"] for r in table(split, wh.DIM_CUSTOMER) if r["customerid"] == 5} == {"AAA9"}
     stage(split, 3, src.CUSTOMER.staging, [{**CUSTOMER_LINES[2], "source_file": CUST_B, "line_no": 1}])
     stage(split, 3, src.ACCOUNT.staging, ACCOUNT_LINES)
     stage(split, 3, src.PROSPECT.staging, [{**CCC1_2, "source_file": "Batch2/Prospect_a.csv"}])
     files = [CUST_B, ACCT, "Batch2/BatchDate.txt", "Batch2/Prospect_a.csv"]
-    accounts.run(split, scope(3, files, {1: B1, 2: B2}, (2,), (2,)))
+    create_accounts.run(split, scope(3, files, {1: B1, 2: B2}, (2,), (2,)))
     waiting = [m for m in table(split, wh.DI_MESSAGES) if m["messagekey"] == "CA_ID=400"]
     assert [m["messagedata"] for m in waiting] == ["CA_ID = 400: no DimCustomer version of C_ID = 4 on 2017-07-08"]
     assert 400 not in {r["accountid"] for r in table(split, wh.DIM_ACCOUNT)}
@@ -586,8 +587,8 @@ def test_any_split_into_micro_batches_in_any_order_gives_the_same_tables(loaded,
     stage(split, 4, src.CUSTOMER.staging, [*CUSTOMER_LINES[:2], duplicate])
     stage(split, 4, src.PROSPECT.staging, [{**p, "source_file": "Batch2/Prospect_b.csv"} for p in (DDD1_2, EEE1)])
     files = [CUST, "Batch2/Customer_again.txt", "Batch2/Prospect_b.csv"]
-    accounts.run(split, scope(4, files, {1: B1, 2: B2}, (), (2,)))
-    assert accounts.run(split, scope(5, ["Batch2/Trade.txt"], {1: B1, 2: B2}, (), (2,))) == {}
+    create_accounts.run(split, scope(4, files, {1: B1, 2: B2}, (), (2,)))
+    assert create_accounts.run(split, scope(5, ["Batch2/Trade.txt"], {1: B1, 2: B2}, (), (2,))) == {}
     for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
         assert table(split, t) == table(ctx, t), t.name
 
@@ -597,25 +598,25 @@ def test_the_keys_to_rebuild_are_read_from_the_staged_records(loaded):
     and 600 (Account.txt; 200 and 600 are also customer 2's); had only batch 1 just been dated, every
     CustomerMgmt action would be new and batch 2's lines would still wait for their date."""
     ctx, _, _ = loaded
-    customers, accounts_ = accounts.rebuilt_keys(ctx, scope(2, [CUST, ACCT], {1: B1, 2: B2}, (2,)))
+    customers, accounts_ = create_accounts.rebuilt_keys(ctx, scope(2, [CUST, ACCT], {1: B1, 2: B2}, (2,)))
     assert (sorted(customers.to_pylist()), sorted(accounts_.to_pylist())) == ([2, 4], [200, 400, 600])
-    customers, accounts_ = accounts.rebuilt_keys(ctx, scope(2, [CUST, ACCT], {1: B1}, (1,)))
+    customers, accounts_ = create_accounts.rebuilt_keys(ctx, scope(2, [CUST, ACCT], {1: B1}, (1,)))
     assert (sorted(customers.to_pylist()), sorted(accounts_.to_pylist())) == ([1, 2, 3, 5], [100, 101, 200, 300, 500])
 
 
 def test_records_selected_in_spark_give_the_same_tables(loaded, spark, tmp_path_factory, monkeypatch):
     """The scenario again with the records always selected by Spark, never pre-filtered in the driver."""
     ctx, _, _ = loaded
-    monkeypatch.setattr(accounts, "DRIVER_KEYS", -1)
+    monkeypatch.setattr(create_accounts, "DRIVER_KEYS", -1)
     again = make_context(spark, tmp_path_factory.mktemp("t2-spark-selects"))
     stage(again, 1, CUSTOMER_MGMT, ACTIONS)
     stage(again, 1, src.PROSPECT.staging, PROSPECTS_1)
-    accounts.run(again, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
+    create_accounts.run(again, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
     stage(again, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
     stage(again, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
     stage(again, 2, src.PROSPECT.staging, PROSPECTS_2)
     files = [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"]
-    accounts.run(again, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
+    create_accounts.run(again, scope(2, files, {1: B1, 2: B2}, (2,), (2,)))
     for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
         assert table(again, t) == table(ctx, t), t.name
 
@@ -640,13 +641,13 @@ def test_a_rebuilt_customer_keeps_its_stored_demographics_and_reads_only_new_sna
     monkeypatch.setattr(prospect, "staged_lines", spy)
     stage(again, 1, CUSTOMER_MGMT, ACTIONS)
     stage(again, 1, src.PROSPECT.staging, PROSPECTS_1)
-    accounts.run(again, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
+    create_accounts.run(again, scope(1, [XML, PROSPECT1, "Batch1/BatchDate.txt"], {1: B1}, (1,), (1,)))
     assert read == [[1]]
     read.clear()
     stage(again, 2, src.CUSTOMER.staging, CUSTOMER_LINES)
     stage(again, 2, src.ACCOUNT.staging, ACCOUNT_LINES)
     stage(again, 2, src.PROSPECT.staging, PROSPECTS_2)
-    accounts.run(again, scope(2, [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,), (2,)))
+    create_accounts.run(again, scope(2, [CUST, ACCT, PROSPECT2, "Batch2/BatchDate.txt"], {1: B1, 2: B2}, (2,), (2,)))
     assert read == [[2]]
     for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
         assert table(again, t) == table(ctx, t), t.name
@@ -664,14 +665,16 @@ def test_a_prospect_listed_again_in_its_snapshot_leaves_the_customers_its_earlie
     stage(whole, 1, CUSTOMER_MGMT, ACTIONS)
     stage(whole, 1, src.PROSPECT.staging, [*PROSPECTS_1, first, second])
     files = [XML, PROSPECT1, "Batch1/Prospect_a.csv", "Batch1/Prospect_b.csv", "Batch1/BatchDate.txt"]
-    accounts.run(whole, scope(1, files, dated, (1,), (1,)))
+    create_accounts.run(whole, scope(1, files, dated, (1,), (1,)))
     split = make_context(spark, tmp_path_factory.mktemp("t2-listed-twice-split"))
     stage(split, 1, CUSTOMER_MGMT, ACTIONS)
     stage(split, 1, src.PROSPECT.staging, [*PROSPECTS_1, first])
-    accounts.run(split, scope(1, [XML, PROSPECT1, "Batch1/Prospect_a.csv", "Batch1/BatchDate.txt"], dated, (1,), (1,)))
+    create_accounts.run(
+        split, scope(1, [XML, PROSPECT1, "Batch1/Prospect_a.csv", "Batch1/BatchDate.txt"], dated, (1,), (1,))
+    )
     assert {r["agencyid"] for r in table(split, wh.DIM_CUSTOMER) if r["customerid"] == 5} == {"AAA0"}
     stage(split, 2, src.PROSPECT.staging, [second])
-    accounts.run(split, scope(2, ["Batch1/Prospect_b.csv"], dated, (), (1,)))
+    create_accounts.run(split, scope(2, ["Batch1/Prospect_b.csv"], dated, (), (1,)))
     assert {r["agencyid"] for r in table(split, wh.DIM_CUSTOMER) if r["customerid"] == 5} == {"AAA9"}
     for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES, wh.PROSPECT):
         assert table(split, t) == table(whole, t), t.name
@@ -691,7 +694,7 @@ def test_phone_number_format(spark):
         ((None, None, None, None), None),
     ]
     df = spark.createDataFrame([parts for parts, _ in cases], "c string, a string, l string, e string")
-    got = df.select(accounts.phone_number(F.col("c"), F.col("a"), F.col("l"), F.col("e")).alias("p")).collect()
+    got = df.select(phone_number(F.col("c"), F.col("a"), F.col("l"), F.col("e")).alias("p")).collect()
     assert [r.p for r in got] == [want for _, want in cases]
 
 
@@ -699,14 +702,14 @@ def test_gender_normalisation(spark):
     from pyspark.sql import functions as F
 
     df = spark.createDataFrame([("M",), ("f",), (" m ",), ("x",), ("",), (None,)], "g string")
-    assert [r.g for r in df.select(accounts.gender(F.col("g")).alias("g")).collect()] == ["M", "F", "M", "U", "U", "U"]
+    assert [r.g for r in df.select(gender(F.col("g")).alias("g")).collect()] == ["M", "F", "M", "U", "U", "U"]
 
 
 def test_files_decide_what_a_micro_batch_touches():
-    t = accounts.triggers(scope(5, ["x/Batch1/CustomerMgmt.xml", "Batch1/HR.csv"], {}))
+    t = create_accounts.triggers(scope(5, ["x/Batch1/CustomerMgmt.xml", "Batch1/HR.csv"], {}))
     assert (t.records, t.statuses, t.tax_rates, t.brokers, t.dated) == (True, False, False, True, False)
-    t = accounts.triggers(scope(5, ["Batch2/Prospect_batch2_0003.csv"], {}))
+    t = create_accounts.triggers(scope(5, ["Batch2/Prospect_batch2_0003.csv"], {}))
     assert (t.records, t.prospects, t.any) == (False, True, True)
-    t = accounts.triggers(scope(5, ["Batch1/StatusType.txt", "Batch1/TaxRate.txt"], {1: B1}, (1,)))
+    t = create_accounts.triggers(scope(5, ["Batch1/StatusType.txt", "Batch1/TaxRate.txt"], {1: B1}, (1,)))
     assert (t.records, t.statuses, t.tax_rates, t.brokers, t.dated) == (False, True, True, False, True)
-    assert not accounts.triggers(scope(5, ["Batch2/Trade.txt", "Batch2/Customer_audit.csv"], {})).any
+    assert not create_accounts.triggers(scope(5, ["Batch2/Trade.txt", "Batch2/Customer_audit.csv"], {})).any

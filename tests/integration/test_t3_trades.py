@@ -1,4 +1,5 @@
-"""T3 (jobs.trades): DimTrade from hand-written staged trade records and hand-written dimension rows.
+"""T3 (jobs.create_trades, jobs.trades): DimTrade from hand-written staged trade records and hand-written dimension
+rows.
 
 Every expected row is written by hand from the rules (TPC-DI 4.5.8 and the incremental DimTrade rules):
 create date/time from PNDG (limit) or SBMT (market) or the CDC I line, close from CMPT/CNCL, fields from the
@@ -13,7 +14,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from jobs import trades
+from jobs import create_trades, trade_candidates, trades
 from jobs.scope import BatchScope
 from schemas import sources as src
 from schemas import warehouse as wh
@@ -198,7 +199,7 @@ class World:
             batch_dates=BATCH_DATES,
             sources=frozenset(self.sources.get(micro_batch, ())),
         )
-        return trades.run(self.ctx, scope)
+        return create_trades.run(self.ctx, scope)
 
     def table(self, table: Table) -> list[dict]:
         return self.ctx.lake.read_arrow(table).to_pylist() if self.ctx.lake.exists(table) else []
@@ -367,7 +368,7 @@ def split(spark, tmp_path_factory) -> World:
 def split_in_spark(spark, tmp_path_factory) -> World:
     """`split` with the candidate trades always selected by Spark (`candidate_records`), never in the driver."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trades, "DRIVER_CANDIDATES", 0)
+        patch.setattr(trade_candidates, "DRIVER_CANDIDATES", 0)
         return split_world(World(spark, tmp_path_factory.mktemp("t3-split-spark")))
 
 
@@ -612,11 +613,11 @@ def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(s
     w.stage(src.TRADE_CDC.staging, 4, 2, [cdc("U", 3, 3, "2014-01-02 10:00:00", "CMPT", symb="SYMB")])  # later
     scope = BatchScope(batch_id=3, source_batches=(2,), skipped=frozenset({2}))
     staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
-    ids = trades.candidate_ids(
+    ids = trade_candidates.candidate_ids(
         w.ctx, scope, staged, pa.array([3], pa.int64()), pa.array([200], pa.int64()), pa.array(["NONE"])
     )
     assert sorted(ids.to_pylist()) == [2, 3, 4]
-    found = trades.candidate_tables(w.ctx, scope, staged, ids)
+    found = trade_candidates.candidate_tables(w.ctx, scope, staged, ids)
     got = trades.trade_records(*[w.ctx.lake.to_frame(t, rows) for t, rows in zip(staged, found, strict=True)])
     rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.collect())
     history_kind, trade_kind = trades.HISTORY, trades.TRADE
@@ -649,11 +650,11 @@ def test_driver_side_dimension_versions_are_all_versions_of_the_keys_the_records
     )
     scope = BatchScope(batch_id=2, source_batches=(2,))
     staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
-    found = trades.candidate_tables(w.ctx, scope, staged, pa.array([1, 4], pa.int64()))
-    accounts = trades.versions_named(w.ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
-    securities = trades.versions_named(w.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
+    found = trade_candidates.candidate_tables(w.ctx, scope, staged, pa.array([1, 4], pa.int64()))
+    accounts = trade_candidates.versions_named(w.ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
+    securities = trade_candidates.versions_named(w.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
     assert sorted(r["sk_accountid"] for r in accounts.collect()) == [1001, 1002, 4001]  # trade 1: 100, trade 4: 400
     assert sorted(r["sk_securityid"] for r in securities.collect()) == [21]  # SYMA has no version, SYMB one
     # a dimension not created yet (no T1 commit so far) gives no versions
     w2 = three_batch1_trades(spark, tmp_path / "fresh")
-    assert trades.versions_named(w2.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb").count() == 0
+    assert trade_candidates.versions_named(w2.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb").count() == 0
