@@ -87,7 +87,7 @@ from streamdi.delivery import root_audits  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
-from streamdi.run.stream import waiting_files  # noqa: E402
+from streamdi.run.stream_cuts import waiting_files  # noqa: E402
 from streamdi.settings import Settings  # noqa: E402
 from streamdi.warehouse import open_warehouse, sql  # noqa: E402  (sql: psycopg's, as streamdi.warehouse has it)
 
@@ -332,7 +332,7 @@ def classify_stack(threads: dict[str, list[Frame]]) -> dict | None:
     elif "_run_pending" in funcs:
         phase = "plan"
     elif "StreamService.run" in funcs:
-        starting = {"warm_up", "start_spark", "start_warehouse", "_service_lock", "lake_lease", "_find_and_load"}
+        starting = {"warm_up", "start_spark", "start_warehouse", "_one_service", "lake_lease", "_find_and_load"}
         phase = "startup" if starting & set(funcs) else "idle"
     elif "deliver_batch" in funcs:
         phase, detail = "startup", f"delivering the batch: {detail}"

@@ -507,7 +507,7 @@ def supervise_stream(action: str = "ensure", settings: Settings | None = None) -
     its micro-batch in flight and stop. Returns its state, lag, last micro-batch, latency and rows/s (the task's
     XCom). A halted batch, or a service that `ensure` or `check` finds not running, fails the task at once: the
     message says what to do."""
-    from streamdi.run.stream import supervise
+    from streamdi.run.stream_status import supervise
 
     if action not in STREAM_ACTIONS:
         raise FailFast(f"unknown action {action!r}: one of {', '.join(STREAM_ACTIONS)}")
