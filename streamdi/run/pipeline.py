@@ -212,6 +212,10 @@ class Scope:
     def plan(self, pending: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
         return [(b, stage) for b, stage in pending if self.takes(b, stage)]
 
+    def halts(self, halted: Iterable[Halt]) -> list[Halt]:
+        """The halts that stop this scope: those of batches up to its last batch."""
+        return [h for h in halted if self.last_batch is None or h.batch_id <= self.last_batch]
+
 
 @dataclass(frozen=True)
 class TransformPart:
@@ -268,6 +272,7 @@ def drive(
     3. One read of the batch log (`BatchLog.progress`), again only when the lease came after it.
     4. Halts: with `refuse_when_halted` (the Airflow tasks) a halted batch up to the scope's last batch stops the
        run before any step (`RunReport.halted`); otherwise the pending list already ends before a halted stage.
+       A halt found or made by the run is in `RunReport.halted` (read again only after a step halted).
     5. The plan: the pending steps the `scope` takes, in the log's order (oldest batch first, stages in order);
        Spark and PostgreSQL start in the background when the plan will need them.
     6. Each step in turn: `stage_job` -> `transform_job` (T0..T4, AG, DM) -> `migrate_job`; each marks itself done
@@ -275,9 +280,11 @@ def drive(
        batch; a step that halts its batch ends the loop. With a `part`, the scope's steps are the catch-up
        (only for the graph's first step) and the part (`transform_step_job`) runs last, unless the transform is
        finished already; it needs its batch staged.
-    7. Maintenance (`maintain_job`) at the end of a run up to the last stage that halted nothing, ran a step or
-       collected, and left nothing pending; skipped while another runner holds the lake.
+    7. Maintenance (`maintain_job`) at the end of a run up to the last stage that met no halt up to its last batch,
+       ran a step or collected, and left nothing pending; skipped while another runner holds the lake.
     """
+    if part is not None and scope.last_batch is None:
+        raise ValueError(f"the transform step {part.step} needs the scope's last batch")
     with contextlib.ExitStack() as lease:
         leased = collect or part is not None
         if leased:
@@ -296,10 +303,9 @@ def drive(
             progress = batch_log.progress()  # the runner that held the lease may have advanced the log meanwhile
         report.pending = progress.pending
 
-        if refuse_when_halted:
-            report.halted = [h for h in progress.halted if scope.last_batch is None or h.batch_id <= scope.last_batch]
-            if report.halted:
-                return report
+        if refuse_when_halted and scope.halts(progress.halted):
+            report.halted = scope.halts(progress.halted)
+            return report
 
         report.plan = scope.plan(progress.pending) if part is None or part.step == TRANSFORM_STEPS[0] else []
         if on_plan:
@@ -322,7 +328,7 @@ def drive(
             _run_part(ctx, scope.last_batch, part, progress.states, report, on_step)
 
         report.halted = batch_log.halted() if _halted(report) else progress.halted
-        if scope.upto == STAGES[-1] and part is None and not report.halted and (collect or report.plan):
+        if scope.upto == STAGES[-1] and part is None and not scope.halts(report.halted) and (collect or report.plan):
             left = [s for s in progress.pending if s not in _done(report)] if leased else None
             report.maintained = _maintain(ctx, left)
         return report
