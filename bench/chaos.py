@@ -35,9 +35,9 @@ Usage: .venv/bin/python bench/chaos.py [--data DIR] [--sf 0.1] [--batches 20] [-
    Where each kill landed is read from the process itself right before the kill: `py-spy dump --locals` (when py-spy
    is installed; the process is stopped while it is read, so the kill lands where the stack was) gives the job in
    flight on the main thread (`collect_job`, `stage_job`, `transform_job` / `compact_job`, `migrate_job`; the stream
-   service's loop: `idle`; imports, delivery, Spark / PostgreSQL / Great Expectations start: `startup`; in
-   `run_pending` between two jobs (the pending list read after collect, Spark and PostgreSQL starting, the end of the
-   run): `plan`; after the run: `exit`), the micro-batch (`_run_pending`'s locals) and the transform steps in flight
+   service's loop: `idle`; imports, delivery, Spark / PostgreSQL / Great Expectations start: `startup`; in the
+   loop (`pipeline.drive`) between two jobs (the pending list read after collect, Spark and PostgreSQL starting, the
+   end of the run): `plan`; after the run: `exit`), the micro-batch (its locals) and the transform steps in flight
    (the jobs modules on any thread). Its output markers give the phase without py-spy (recorded as well; the report
    says how often the two agree), and the last Delta commit the process logged. After each kill: the batch log's
    pending work, and the Spark JVM the process started must exit by itself (an orphan is reported, then killed).
@@ -92,7 +92,7 @@ from streamdi.delivery import root_audits  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
-from streamdi.run.stream import waiting_files  # noqa: E402
+from streamdi.run.stream_cuts import waiting_files  # noqa: E402
 from streamdi.settings import Settings  # noqa: E402
 from streamdi.warehouse import open_warehouse, sql  # noqa: E402  (sql: psycopg's, as streamdi.warehouse has it)
 
@@ -308,7 +308,7 @@ def classify_stack(threads: dict[str, list[Frame]]) -> dict | None:
     funcs = [f.func for f in main]
     batch = None
     for f in main:
-        if f.func == "_run_pending" and "stage_name" in f.values:
+        if f.func == "drive" and "stage_name" in f.values:
             with contextlib.suppress(ValueError):
                 batch = int(f.values.get("batch_id", ""))
     steps = sorted(
@@ -334,10 +334,10 @@ def classify_stack(threads: dict[str, list[Frame]]) -> dict | None:
             detail = f"{'+'.join(steps)}: {detail}"
     elif "migrate_job" in funcs:
         phase = "migrate"
-    elif "_run_pending" in funcs:
+    elif "drive" in funcs:
         phase = "plan"
     elif "StreamService.run" in funcs:
-        starting = {"warm_up", "start_spark", "start_warehouse", "_service_lock", "lake_lease", "_find_and_load"}
+        starting = {"warm_up", "start_spark", "start_warehouse", "_one_service", "lake_lease", "_find_and_load"}
         phase = "startup" if starting & set(funcs) else "idle"
     elif "deliver_batch" in funcs:
         phase, detail = "startup", f"delivering the batch: {detail}"

@@ -46,9 +46,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from schemas.sources import TRADE_CDC  # noqa: E402
+from streamdi.batchlog import percentile  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
-from streamdi.run.stream import percentile  # noqa: E402
 
 BEFORE = 6.0  # seconds per dripped micro-batch before the service (issue 23)
 GOAL = {"p50": 1.0, "p99": 3.0}

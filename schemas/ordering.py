@@ -23,7 +23,7 @@ part NNNN-1 of the same source, TPC-DI batch and landing directory (a channel); 
 its predecessor has not arrived is a **missing part**: the stage records a `predecessor_present` check with the
 policy of `STREAMDI_MISSING_PART_POLICY` (`warn`: go on and say so, in `quality.results` and DImessages; `halt`:
 stop the batch until the part arrives or an operator resumes it). The stream service first holds such a part back
-for `STREAMDI_MISSING_PART_GRACE` seconds, waiting for its predecessor (`streamdi.run.stream`).
+for `STREAMDI_MISSING_PART_GRACE` seconds, waiting for its predecessor (`streamdi.run.stream_cuts`).
 """
 
 from __future__ import annotations

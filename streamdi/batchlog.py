@@ -57,6 +57,45 @@ def stage_states(events: Iterable[Mapping]) -> dict[tuple[int, str], str]:
     return states
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The batch log at one read (`BatchLog.progress`)."""
+
+    pending: list[tuple[int, str]]  # as `BatchLog.pending`: in the order to run, ending before a halted stage
+    halted: list[Halt]  # as `BatchLog.halted`
+    states: dict[tuple[int, str], str]  # as `BatchLog.states`
+
+
+def _pending(batch_ids: Iterable[int], states: Mapping[tuple[int, str], str]) -> list[tuple[int, str]]:
+    """`BatchLog.pending` from the batch ids and the stage states."""
+    todo = []
+    for b in batch_ids:
+        for stage in STAGES:
+            state = states.get((b, stage))
+            if state == HALTED:
+                return todo
+            if state not in FINISHED:
+                todo.append((b, stage))
+    return todo
+
+
+def _halts(events: list[dict]) -> list[Halt]:
+    """`BatchLog.halted` from the events: each halted stage with its last halt's reason and time."""
+    last_halt: dict[tuple[int, str], tuple[int, str, dt.datetime]] = {}  # the halt with the highest number
+    for r in events:
+        if r["state"] == HALTED:
+            detail = json.loads(r["detail"]) if r["detail"] else {}
+            number = detail.get("occurrence", 0)  # rows of older streamdi versions have none
+            key = (r["batch_id"], r["stage"])
+            if key not in last_halt or number > last_halt[key][0]:
+                last_halt[key] = (number, detail.get("reason", ""), r["at"])
+    halted = sorted(
+        (key for key, state in stage_states(events).items() if state == HALTED),
+        key=lambda k: (k[0], STAGES.index(k[1])),
+    )
+    return [Halt(b, stage, *last_halt[(b, stage)][1:]) for b, stage in halted]
+
+
 class BatchLogError(ValueError):
     """An operator action that does not fit the batch's state (e.g. resuming a batch that is not halted)."""
 
@@ -213,20 +252,7 @@ class BatchLog:
 
     def halted(self) -> list[Halt]:
         """The stages halted now, oldest batch first (at most one can be reached, the others wait behind it)."""
-        events = self.lake.read_arrow(BATCH_EVENTS).to_pylist()
-        last_halt: dict[tuple[int, str], tuple[int, str, dt.datetime]] = {}  # the halt with the highest number
-        for r in events:
-            if r["state"] == HALTED:
-                detail = json.loads(r["detail"]) if r["detail"] else {}
-                number = detail.get("occurrence", 0)  # rows of older streamdi versions have none
-                key = (r["batch_id"], r["stage"])
-                if key not in last_halt or number > last_halt[key][0]:
-                    last_halt[key] = (number, detail.get("reason", ""), r["at"])
-        halted = sorted(
-            (key for key, state in stage_states(events).items() if state == HALTED),
-            key=lambda k: (k[0], STAGES.index(k[1])),
-        )
-        return [Halt(b, stage, *last_halt[(b, stage)][1:]) for b, stage in halted]
+        return _halts(self.lake.read_arrow(BATCH_EVENTS).to_pylist())
 
     def resume(self, batch_id: int, *, now: dt.datetime, note: str | None = None) -> str:
         """Let the halted stage of `batch_id` run again (the policy that halted it only warns for this batch
@@ -287,16 +313,7 @@ class BatchLog:
     def pending(self) -> list[tuple[int, str]]:
         """What is left to do, in the order it must be done: (batch, stage) pairs, oldest batch first. A halted
         stage ends the list: nothing after it may run until it is resumed or its batch skipped."""
-        states = self.states()
-        todo = []
-        for b in self.batch_ids():
-            for stage in STAGES:
-                state = states.get((b, stage))
-                if state == HALTED:
-                    return todo
-                if state not in FINISHED:
-                    todo.append((b, stage))
-        return todo
+        return _pending(self.batch_ids(), self.states())
 
     def next_step(self) -> tuple[int, str] | None:
         """The next (batch, stage) to run, or None when everything registered is done."""
@@ -375,7 +392,7 @@ class BatchLog:
         latest = data.group_by("batch_id", use_threads=False).aggregate([("arrived_at", "max")])
         return dict(zip(latest["batch_id"].to_pylist(), latest["arrived_at_max"].to_pylist(), strict=True))
 
-    def progress(self, stages: Iterable[str] = STAGES) -> dict[tuple[int, str], tuple[str, dt.datetime | None]]:
+    def stage_progress(self, stages: Iterable[str] = STAGES) -> dict[tuple[int, str], tuple[str, dt.datetime | None]]:
         """Each (batch, stage) of `stages` that has an event: its state (as `states`: from the events it has, not
         their times) and when it was marked done (None unless it is done; a stage is marked done once). Reads only
         the events' batch, stage, state and time columns."""
@@ -384,6 +401,14 @@ class BatchLog:
         done_at = {(e["batch_id"], e["stage"]): e["at"] for e in events if e["state"] == DONE}
         states = stage_states(events)
         return {key: (state, done_at.get(key) if state == DONE else None) for key, state in states.items()}
+
+    # ------------------------------------------------------------------------------- one read, for a runner
+    def progress(self) -> Progress:
+        """What is left, what is halted and every stage's state, from one read of the log (`pending`, `halted` and
+        `states` read it once each): the runner's loop (`streamdi.run.pipeline.drive`) plans a run from it."""
+        events = self.lake.read_arrow(BATCH_EVENTS).to_pylist()
+        states = stage_states(events)
+        return Progress(pending=_pending(self.batch_ids(), states), halted=_halts(events), states=states)
 
 
 def percentile(values: list[float], q: float) -> float | None:

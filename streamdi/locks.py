@@ -1,7 +1,8 @@
 """File locks across processes, and the lease that lets one runner at a time advance a lake.
 
 - `flocked(path)`: an exclusive `flock` on `path` (created if missing) for the `with` block. The kernel drops it
-  when the process dies, so a `kill -9` never leaves a lock behind.
+  when the process dies, so a `kill -9` never leaves a lock behind. `flocked_nowait(path, holder)` is refused at
+  once instead of waiting (one stream service per home), and `flock_held(path)` says whether someone holds it.
 - `lake_lease(root, runner)`: the **runner lease** of the lake at `root`. Everything that advances the batch log
   (a `streamdi load`/`run`, `streamdi migrate`, the operator's `batch resume`/`skip`, the stream service, every
   Airflow task that collects, stages, transforms or migrates) holds it while it works. A second runner is refused at
@@ -53,6 +54,51 @@ def flocked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class HeldElsewhere(RuntimeError):
+    """`flocked_nowait`: another process holds the lock. `holder` is the line it wrote into the file."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        super().__init__(f"{path} is held by {holder or 'another process'}")
+        self.path = path
+        self.holder = holder
+
+
+@contextlib.contextmanager
+def flocked_nowait(path: Path, holder: str = "") -> Iterator[None]:
+    """`flocked` without waiting: raises HeldElsewhere at once when another process holds `path`'s lock. While
+    held, the file holds the line `holder` (e.g. "pid 123"), for the message a refused process gets.
+
+    Not re-entrant: a process must not take the same path twice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise HeldElsewhere(path, handle.read().strip()) from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{holder}\n" if holder else "")
+            handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def flock_held(path: Path) -> bool:
+    """Whether a process holds `path`'s lock (`flocked`, `flocked_nowait`) now; False when there is no such file."""
+    if not path.exists():
+        return False
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 class LakeBusy(RuntimeError):

@@ -204,7 +204,7 @@ def _read_batch_log(lake: Lake) -> _BatchLogView:
     batch_log = BatchLog.if_exists(lake)
     if batch_log is None:
         return _BatchLogView({}, {})
-    progress = batch_log.progress(("stage", "transform"))
+    progress = batch_log.stage_progress(("stage", "transform"))
     transformed = {b: at for (b, stage), (state, at) in progress.items() if stage == "transform" and state == DONE}
     skipped = frozenset(b for (b, stage), (state, _) in progress.items() if stage == "transform" and state == SKIPPED)
     staged = {b: at for (b, stage), (state, at) in progress.items() if stage == "stage" and state == DONE}

@@ -1,13 +1,15 @@
 """Job functions for the Airflow DAGs (`dags/`): one function per task, each a thin layer over `streamdi.run.pipeline`.
 
 Where the data flow sits: landing files -> collect -> stage -> validate -> transform -> migrate -> audit/report.
-`streamdi.run.pipeline` holds the stage jobs and the batch log decides what is left; this module only adds what a
-scheduled, parameterised run needs around them:
+`streamdi.run.pipeline` holds the stage jobs and the one loop that drives them (`drive`, also run by the CLI and the
+stream service), and the batch log decides what is left; this module only adds what a scheduled, parameterised run
+needs around them:
 
 - delivering a data set's batch folder (or the reference files, or a freshly generated demo data set) into the
   landing zone;
-- running the pending (batch, stage) steps of the batch log up to a given batch and stage, oldest first, so a
-  DAG can show stage, transform and migrate as separate tasks while the batch order stays the batch log's;
+- the loop's scope per task: the pending (batch, stage) steps up to a given batch and stage, oldest first, or one
+  transform step, so a DAG can show stage, T0..DM and migrate as separate tasks while the batch order stays the
+  batch log's;
 - the checks around the stage step's validation: staged counts reconcile, and no batch is halted (a task that
   meets a halted batch fails with the batch, step, reason and the operator's two commands);
 - the report pages the quality-report DAG renders: the data-quality report with its Great Expectations Data Docs
@@ -17,6 +19,11 @@ scheduled, parameterised run needs around them:
 Every function takes the settings (default: from the environment, as each Airflow task runs in a fresh process)
 and returns a JSON-serialisable dict, so a task's return value shows up as its XCom in the UI. Heavy imports
 (Spark, delta-rs, psycopg) happen inside the functions: DAG files import this module when they are parsed.
+
+Long because it is the DAG files' one facade: every task body they call is `orchestration.<name>`, importable when a
+DAG file is parsed (no Spark, delta-rs or psycopg at import), and its sections (delivery, the loop's scope per task,
+checks and audit, the report pages) share the task conventions (`_settings`, `FailFast`, a JSON-serialisable result).
+The loop itself, the stream service and its supervision live in `streamdi.run.pipeline` and `streamdi.run.stream*`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ import datetime as dt
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -297,7 +303,12 @@ def halted_steps(batch_log) -> list[tuple[int, str]]:
 def check_not_halted(batch_log, up_to_batch: int | None = None) -> None:
     """Raise BatchHalted when a batch (up to `up_to_batch`) is halted: batches after it must not run. The message
     names the batch, the step and the reason, and the two commands an operator chooses between."""
-    halts = [h for h in batch_log.halted() if up_to_batch is None or h.batch_id <= up_to_batch]
+    _refuse(batch_log.halted(), up_to_batch)
+
+
+def _refuse(halts, up_to_batch: int | None) -> None:
+    """BatchHalted for the first of `halts` (`streamdi.batchlog.Halt`) up to `up_to_batch`, if any."""
+    halts = [h for h in halts if up_to_batch is None or h.batch_id <= up_to_batch]
     if halts:
         h = halts[0]
         raise BatchHalted(halted_message(h.batch_id, h.stage, h.reason, [(x.batch_id, x.stage) for x in halts]))
@@ -316,24 +327,57 @@ def halted_message(batch_id: int, stage: str, reason: str, halted: list[tuple[in
     )
 
 
-def _pending(batch_log, last_batch: int | None, last_stage: str, migration_mode: str) -> list[tuple[int, str]]:
-    """The batch log's pending steps, in its order, up to (`last_batch`, `last_stage`): earlier batches run every
-    stage (as `run_pending` would), `last_batch` runs up to `last_stage`; None means every batch up to `last_stage`.
-    Migrate steps are left out in migration mode "none"."""
+def _scope(last_batch: int | None, last_stage: str, migration_mode: str):
+    """The loop's scope (`streamdi.run.pipeline.Scope`) of a task: the pending steps up to (`last_batch`,
+    `last_stage`); earlier batches run every stage, None means every batch up to `last_stage`. Migrate steps are
+    left out in migration mode "none"."""
+    from streamdi.run.pipeline import Scope
+
     if last_stage not in STAGES:
         raise FailFast(f"unknown stage {last_stage!r}; stages are {STAGES}")
     if migration_mode not in MIGRATION_MODES:
         raise FailFast(f"unknown migration mode {migration_mode!r}; modes are {MIGRATION_MODES}")
-    last = STAGES.index(last_stage)
+    return Scope(upto=last_stage, last_batch=last_batch, migrate=migration_mode != "none")
 
-    def wanted(b: int, stage: str) -> bool:
-        if stage == "migrate" and migration_mode == "none":
-            return False
-        if last_batch is None or b == last_batch:
-            return STAGES.index(stage) <= last
-        return b < last_batch
 
-    return [(b, stage) for b, stage in batch_log.pending() if wanted(b, stage)]
+def _log_plan(plan: list[tuple[int, str]]) -> None:
+    if plan:
+        log.info("%d step(s) to run: %s", len(plan), ", ".join(f"batch {b} {s}" for b, s in plan))
+
+
+def _log_step(step) -> None:
+    name = step.part or step.stage
+    detail = json.dumps(step.detail, sort_keys=True)
+    log.info("batch %d %s done in %.1fs: %s", step.batch_id, name, round(step.seconds, 3), detail)
+
+
+def _steps(steps) -> list[dict]:
+    """The loop's steps (`streamdi.run.pipeline.StepResult`) as a task returns them (its XCom)."""
+    return [
+        {"batch_id": s.batch_id, "stage": s.stage, "seconds": round(s.seconds, 3), "detail": s.detail} for s in steps
+    ]
+
+
+def _raise_if_halted(report, last_batch: int | None) -> None:
+    """BatchHalted when the loop's run met a halted batch up to `last_batch` before its first step, or a step halted
+    its batch (the task fails there, naming the batch, step, reason and the operator's commands, instead of reporting
+    success for a run that stopped)."""
+    last = report.steps[-1] if report.steps else None
+    if last is None or not last.detail.get("halted"):
+        _refuse(report.halted, last_batch)
+        return
+    reason = str(last.detail["halted"])
+    if last.part is not None:
+        raise BatchHalted(halted_message(last.batch_id, "transform", reason))
+    log.error(
+        "batch %d %s HALTED after %.1fs; steps run before it: %s",
+        last.batch_id,
+        last.stage,
+        round(last.seconds, 3),
+        _steps(report.steps),
+    )
+    _refuse(report.halted, last.batch_id)
+    raise BatchHalted(halted_message(last.batch_id, last.stage, reason))  # not in the log: say so anyway
 
 
 def process_batches(
@@ -346,67 +390,32 @@ def process_batches(
 ) -> dict:
     """Run the pending (batch, stage) steps of the batch log in its order (oldest batch first, stages in order) up to
     `last_batch`'s `last_stage` (None: every batch up to `last_stage`); `migration_mode="none"` leaves every
-    migrate step to the `streamdi_migrate` DAG.
+    migrate step to the `streamdi_migrate` DAG. This is the loop of `streamdi.run.pipeline.drive`, with its lease
+    rules (a run of migrate steps alone takes none) and its maintenance at the end of a run up to the last stage.
 
     With `skip_when_idle`, a call that finds nothing to do up to any stage (not only `last_stage`) raises Airflow's
     skip exception, so an idle scheduled run is shown as skipped and emits no asset event.
 
-    Checks for a halted batch before every step and raises BatchHalted instead of running it, and raises it right
-    after a step that halted its batch (the task fails there, naming the batch, step, reason and the operator's
-    commands, instead of reporting success for a run that stopped). Returns the steps run, in order.
+    A halted batch up to `last_batch` raises BatchHalted before any step runs, and so does a step that halts its
+    batch, right after it (`_raise_if_halted`). Returns the steps run, in order.
     """
-    from streamdi.batchlog import BatchLog
     from streamdi.context import open_context
-    from streamdi.run.pipeline import STAGE_JOBS
+    from streamdi.run.pipeline import drive
 
+    scope = _scope(last_batch, last_stage, migration_mode)
     ctx = open_context(_settings(settings))
-    # Migrate steps alone may run beside another runner (see streamdi.run.pipeline._leased); the others need the lease.
-    steps_left = _pending(BatchLog(ctx.lake), last_batch, last_stage, migration_mode)
-    leased = any(stage != "migrate" for _, stage in steps_left)
-    with lake_lease(ctx.lake.root) if leased else contextlib.nullcontext():
-        batch_log = BatchLog(ctx.lake)
-        check_not_halted(batch_log, last_batch)
-        plan = _pending(batch_log, last_batch, last_stage, migration_mode)
-        if not plan:
-            message = (
-                f"nothing pending up to batch {last_batch if last_batch is not None else 'any'}, stage {last_stage}"
-            )
-            log.info(message)
-            if skip_when_idle and not _pending(batch_log, last_batch, STAGES[-1], migration_mode):
-                _skip(message)  # nothing for the later tasks either (a later stage left by a failed run is not idle)
-            return {"steps": []}
-        log.info("%d step(s) to run: %s", len(plan), ", ".join(f"batch {b} {s}" for b, s in plan))
-        steps = []
-        for batch_id, stage in plan:
-            check_not_halted(BatchLog(ctx.lake), batch_id)
-            started = time.perf_counter()
-            detail = STAGE_JOBS[stage](ctx, batch_id)
-            seconds = round(time.perf_counter() - started, 3)
-            log.info("batch %d %s done in %.1fs: %s", batch_id, stage, seconds, json.dumps(detail, sort_keys=True))
-            steps.append({"batch_id": batch_id, "stage": stage, "seconds": seconds, "detail": detail})
-            if detail.get("halted"):
-                log.error("batch %d %s HALTED after %.1fs; steps run before it: %s", batch_id, stage, seconds, steps)
-                check_not_halted(BatchLog(ctx.lake), batch_id)
-                raise BatchHalted(
-                    halted_message(batch_id, stage, str(detail["halted"]))
-                )  # not in the log: say so anyway
-        result = {"steps": steps}
+    report = drive(ctx, scope, refuse_when_halted=True, on_plan=_log_plan, on_step=_log_step)
+    _raise_if_halted(report, last_batch)
+    if not report.plan:
+        message = f"nothing pending up to batch {last_batch if last_batch is not None else 'any'}, stage {last_stage}"
+        log.info(message)
+        if skip_when_idle and not _scope(last_batch, STAGES[-1], migration_mode).plan(report.pending):
+            _skip(message)  # nothing for the later tasks either (a later stage left by a failed run is not idle)
+        return {"steps": []}
+    result = {"steps": _steps(report.steps)}
     if last_stage == STAGES[-1]:
-        result["maintained"] = _maintain(ctx)
+        result["maintained"] = report.maintained
     return result
-
-
-def _maintain(ctx) -> dict[str, int]:
-    """`pipeline.maintain_job` after a run that went up to the last stage; skipped while another runner holds the
-    lake (it maintains at its own end)."""
-    from streamdi.locks import LakeBusy
-    from streamdi.run.pipeline import maintain_job
-
-    try:
-        return maintain_job(ctx)
-    except LakeBusy as exc:
-        log.info("maintenance skipped: %s", exc)
-        return {}
 
 
 def transform_step(
@@ -419,44 +428,28 @@ def transform_step(
 ) -> dict:
     """One transaction step (T0 reference, T1 securities, T2 accounts, T3 trades, T4 market and watches, DM
     messages) of micro-batch `last_batch`: the DAGs' transform task group runs one task per step, in the graph's
-    order (`streamdi.run.pipeline.transform_step_job`).
+    order (`streamdi.run.pipeline.transform_step_job`, run by the loop as a `TransformPart`).
 
     The first step (T0) first runs every step the batch log still has pending before it (earlier batches whole,
     `last_batch`'s stage), so the steps always work on the oldest transform left. A transform already done (a
     rerun of a finished run) runs nothing. The last step (DM) marks the transform done, with the `earlier` steps'
     results (their XComs) in its batch-log detail. A step that halts its batch raises BatchHalted.
     """
-    from streamdi.batchlog import FINISHED, BatchLog
     from streamdi.context import open_context
-    from streamdi.run.pipeline import TRANSFORM_STEPS, transform_step_job
+    from streamdi.run.pipeline import TRANSFORM_STEPS, TransformPart, drive
 
     if step not in TRANSFORM_STEPS:
         raise FailFast(f"unknown transform step {step!r}; steps are {TRANSFORM_STEPS}")
+    scope = _scope(last_batch, "stage", migration_mode)
     ctx = open_context(_settings(settings))
-    with lake_lease(ctx.lake.root):
-        batch_log = BatchLog(ctx.lake)
-        check_not_halted(batch_log, last_batch)
-        caught_up = []
-        if step == TRANSFORM_STEPS[0]:
-            caught_up = process_batches(last_batch, "stage", migration_mode, ctx.settings)["steps"]
-        states = batch_log.states()
-        if states.get((last_batch, "transform")) in FINISHED:
-            log.info(
-                "micro-batch %d: transform is %s; step %s has nothing to do",
-                last_batch,
-                states[(last_batch, "transform")],
-                step,
-            )
-            return {"batch_id": last_batch, "step": step, "ran": False, "caught_up": caught_up}
-        if states.get((last_batch, "stage")) not in FINISHED:
-            raise RuntimeError(f"micro-batch {last_batch} is not staged yet: step {step} runs after the stage task")
-        started = time.perf_counter()
-        detail = transform_step_job(ctx, last_batch, step, earlier=[e for e in earlier if e])
-        seconds = round(time.perf_counter() - started, 3)
-        log.info("batch %d %s done in %.1fs: %s", last_batch, step, seconds, json.dumps(detail, sort_keys=True))
-        if detail.get("halted"):
-            raise BatchHalted(halted_message(last_batch, "transform", str(detail["halted"])))
-        return {"batch_id": last_batch, "step": step, "ran": True, "caught_up": caught_up, **detail}
+    part = TransformPart(step, tuple(earlier))
+    report = drive(ctx, scope, part=part, refuse_when_halted=True, on_plan=_log_plan, on_step=_log_step)
+    _raise_if_halted(report, last_batch)
+    caught_up = _steps(s for s in report.steps if s.part is None)
+    ran = [s for s in report.steps if s.part is not None]
+    if not ran:
+        return {"batch_id": last_batch, "step": step, "ran": False, "caught_up": caught_up}
+    return {"batch_id": last_batch, "step": step, "ran": True, "caught_up": caught_up, **ran[0].detail}
 
 
 def _skip(message: str) -> None:
@@ -481,11 +474,10 @@ def migrate_transformed(settings: Settings | None = None, *, skip_when_idle: boo
     from streamdi.context import open_context
 
     ctx = open_context(_settings(settings))
-    batch_log = BatchLog(ctx.lake)
-    states = batch_log.states()
+    progress = BatchLog(ctx.lake).progress()
     ready = None
-    for b, stage in batch_log.pending():
-        if stage != "migrate" or states.get((b, "transform")) != DONE:
+    for b, stage in progress.pending:
+        if stage != "migrate" or progress.states.get((b, "transform")) != DONE:
             break
         ready = b
     if ready is None:
@@ -506,7 +498,7 @@ def supervise_stream(action: str = "ensure", settings: Settings | None = None) -
     its micro-batch in flight and stop. Returns its state, lag, last micro-batch, latency and rows/s (the task's
     XCom). A halted batch, or a service that `ensure` or `check` finds not running, fails the task at once: the
     message says what to do."""
-    from streamdi.run.stream import supervise
+    from streamdi.run.stream_status import supervise
 
     if action not in STREAM_ACTIONS:
         raise FailFast(f"unknown action {action!r}: one of {', '.join(STREAM_ACTIONS)}")
@@ -536,7 +528,6 @@ def validate_staged(last_batch: int | None = None, settings: Settings | None = N
     Raises FailFast naming the batch when counts do not reconcile; files that match no declared source are
     logged as warnings.
     """
-    from schemas.platform import BATCH_EVENTS
     from streamdi.batchlog import BatchLog
     from streamdi.lake import Lake
 
@@ -545,13 +536,9 @@ def validate_staged(last_batch: int | None = None, settings: Settings | None = N
     batch_log = BatchLog(lake)
     check_not_halted(batch_log, last_batch)
     checked = []
-    for event in lake.read_arrow(BATCH_EVENTS).to_pylist():
-        if event["stage"] != "stage" or event["state"] != "done":
+    for b, detail in batch_log.done_details("stage").items():
+        if last_batch is not None and b > last_batch:
             continue
-        if last_batch is not None and event["batch_id"] > last_batch:
-            continue
-        detail = json.loads(event["detail"] or "{}")
-        b = event["batch_id"]
         accounted = sum(detail.get(k, 0) for k in ("staged", "rejected", "quarantined", "held"))
         if detail.get("read") != accounted:
             raise FailFast(

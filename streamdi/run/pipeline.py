@@ -1,12 +1,16 @@
 """The batch dataflow: collect -> stage -> transform -> migrate, driven by the batch log.
 
-Each stage is one job function taking the context and a batch id; the CLI and the Airflow DAGs call these
-same functions. `run_pending` does everything that is left, oldest batch first and in stage order, and
-records each finished stage in the batch log, so after a crash the next call resumes where it stopped.
+Each stage is one job function taking the context and a batch id (`collect_job`, `stage_job`, `transform_job` or
+its steps one by one with `transform_step_job`, `migrate_job`; `compact_job` and `maintain_job` keep the lake small).
+One loop drives them (`drive`, at the end of this module): the CLI's `streamdi load`/`run` and the stream service
+through `run_pending`, the Airflow tasks through `streamdi.run.orchestration`. It does what is left, oldest batch
+first and in stage order, and every job records its finished stage in the batch log, so after a crash the next call
+resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -15,11 +19,11 @@ from dataclasses import dataclass, field
 
 from jobs import stage, transform
 from schemas.warehouse import WAREHOUSE_TABLES
-from streamdi.batchlog import STAGES, BatchLog, Halt, wall_clock
+from streamdi.batchlog import FINISHED, STAGES, BatchLog, Halt, wall_clock
 from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
-from streamdi.locks import lake_lease
+from streamdi.locks import LakeBusy, lake_lease
 from streamdi.migrator import migrate_batch
 from streamdi.quality import summarize, warm_up
 
@@ -158,11 +162,12 @@ def compact_job(ctx: JobContext) -> dict[str, int]:
 
 
 @_leased
-def maintain_job(ctx: JobContext) -> dict[str, int]:
+def maintain_job(ctx: JobContext, *, pending: list[tuple[int, str]] | None = None) -> dict[str, int]:
     """Checkpoint, clean up and vacuum the tables that are `checkpoint_every` commits past their last checkpoint
     (`Lake.maintain`), so a long-running lake stays small and quick to open. Only when nothing is pending in the
-    batch log (no reader still needs an older file); returns the data files deleted per table maintained."""
-    if BatchLog(ctx.lake).pending():
+    batch log (no reader still needs an older file); returns the data files deleted per table maintained.
+    `pending`: what a caller that held the lease since it read the batch log knows is left (default: read here)."""
+    if BatchLog(ctx.lake).pending() if pending is None else pending:
         return {}
     return ctx.lake.maintain(ctx.settings.checkpoint_every, ctx.settings.vacuum_retention_hours)
 
@@ -188,17 +193,53 @@ STAGE_JOBS: dict[str, Callable[[JobContext, int], dict]] = {
 }
 
 
+# ------------------------------------------------------------------------------------------------ the one loop
+@dataclass(frozen=True)
+class Scope:
+    """Which of the batch log's pending (batch, stage) steps a run takes; it never changes their order."""
+
+    upto: str = "migrate"  # the last stage run for `last_batch` (for every batch when `last_batch` is None)
+    last_batch: int | None = None  # later batches are left pending; earlier ones run every stage
+    migrate: bool = True  # False: migrate steps are left to another runner (the DAGs' migration mode "none")
+
+    def takes(self, batch_id: int, stage: str) -> bool:
+        if stage == "migrate" and not self.migrate:
+            return False
+        if self.last_batch is None or batch_id == self.last_batch:
+            return STAGES.index(stage) <= STAGES.index(self.upto)
+        return batch_id < self.last_batch
+
+    def plan(self, pending: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
+        return [(b, stage) for b, stage in pending if self.takes(b, stage)]
+
+    def halts(self, halted: Iterable[Halt]) -> list[Halt]:
+        """The halts that stop this scope: those of batches up to its last batch."""
+        return [h for h in halted if self.last_batch is None or h.batch_id <= self.last_batch]
+
+
+@dataclass(frozen=True)
+class TransformPart:
+    """One step of `last_batch`'s transaction graph as a run of its own (the DAGs' transform task group):
+    `drive` runs it after the steps its scope takes, with the details of the steps before it (`earlier`)."""
+
+    step: str
+    earlier: tuple[dict, ...] = ()
+
+
 @dataclass
 class StepResult:
     batch_id: int
     stage: str
     detail: dict
     seconds: float
+    part: str | None = None  # the transform step, for a `TransformPart`
 
 
 @dataclass
 class RunReport:
-    collected: CollectResult
+    collected: CollectResult = field(default_factory=lambda: CollectResult(None))
+    pending: list[tuple[int, str]] = field(default_factory=list)  # the batch log's pending steps when the run began
+    plan: list[tuple[int, str]] = field(default_factory=list)  # those the run's scope took
     steps: list[StepResult] = field(default_factory=list)
     halted: list[Halt] = field(default_factory=list)  # halted stages that stop the run (nothing after them ran)
     maintained: dict[str, int] = field(default_factory=dict)  # tables maintained at the end (`maintain_job`)
@@ -206,6 +247,133 @@ class RunReport:
     @property
     def nothing_to_do(self) -> bool:
         return self.collected.batch_id is None and not self.steps
+
+
+def drive(
+    ctx: JobContext,
+    scope: Scope = Scope(),
+    *,
+    collect: bool = False,
+    hold: Callable[[list[str], set[str]], set[str]] | None = None,
+    part: TransformPart | None = None,
+    refuse_when_halted: bool = False,
+    on_collect: Callable[[CollectResult], None] | None = None,
+    on_plan: Callable[[list[tuple[int, str]]], None] | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
+    stop_before_batch: Callable[[], bool] | None = None,
+) -> RunReport:
+    """The one loop that drives micro-batches from the collector to the migration ledger; `streamdi load`/`run`
+    (`run_pending`), the stream service (`streamdi.run.stream`, through `run_pending`) and the Airflow tasks
+    (`streamdi.run.orchestration`) all run it. Top to bottom:
+
+    1. The lake's runner lease (`streamdi.locks`): taken first when the run collects or runs a transform part, else
+       as soon as the plan holds a step other than migrate (migrations serialise in PostgreSQL: see `_leased`).
+    2. Collect (`collect`): new landing files become the next micro-batches (`hold`: `streamdi.collector.collect`).
+    3. One read of the batch log (`BatchLog.progress`), again only when the lease came after it.
+    4. Halts: with `refuse_when_halted` (the Airflow tasks) a halted batch up to the scope's last batch stops the
+       run before any step (`RunReport.halted`); otherwise the pending list already ends before a halted stage.
+       A halt found or made by the run is in `RunReport.halted` (read again only after a step halted).
+    5. The plan: the pending steps the `scope` takes, in the log's order (oldest batch first, stages in order);
+       Spark and PostgreSQL start in the background when the plan will need them.
+    6. Each step in turn: `stage_job` -> `transform_job` (T0..T4, AG, DM) -> `migrate_job`; each marks itself done
+       in the batch log (the migrate step also in the ledger). `stop_before_batch` is asked before each later
+       batch; a step that halts its batch ends the loop. With a `part`, the scope's steps are the catch-up
+       (only for the graph's first step) and the part (`transform_step_job`) runs last, unless the transform is
+       finished already; it needs its batch staged.
+    7. Maintenance (`maintain_job`) at the end of a run up to the last stage that met no halt up to its last batch,
+       ran a step or collected, and left nothing pending; skipped while another runner holds the lake.
+    """
+    if part is not None and scope.last_batch is None:
+        raise ValueError(f"the transform step {part.step} needs the scope's last batch")
+    with contextlib.ExitStack() as lease:
+        leased = collect or part is not None
+        if leased:
+            lease.enter_context(lake_lease(ctx.lake.root))
+        report = RunReport()
+        if collect:
+            report.collected = collect_job(ctx, hold)
+            if on_collect:
+                on_collect(report.collected)
+
+        batch_log = BatchLog(ctx.lake)
+        progress = batch_log.progress()
+        if not leased and any(stage != "migrate" for _, stage in scope.plan(progress.pending)):
+            lease.enter_context(lake_lease(ctx.lake.root))
+            leased = True
+            progress = batch_log.progress()  # the runner that held the lease may have advanced the log meanwhile
+        report.pending = progress.pending
+
+        if refuse_when_halted and scope.halts(progress.halted):
+            report.halted = scope.halts(progress.halted)
+            return report
+
+        report.plan = scope.plan(progress.pending) if part is None or part.step == TRANSFORM_STEPS[0] else []
+        if on_plan:
+            on_plan(report.plan)
+        if any(stage_name == "transform" for _, stage_name in report.plan):
+            ctx.start_spark()  # the JVM starts on the idle core while staging parses and imports
+        if any(stage_name == "migrate" for _, stage_name in report.plan):
+            ctx.start_warehouse()  # PostgreSQL starts while the earlier stages run
+
+        in_flight = None
+        for batch_id, stage_name in report.plan:
+            if batch_id != in_flight and in_flight is not None and stop_before_batch and stop_before_batch():
+                break
+            in_flight = batch_id
+            step = _run(ctx, batch_id, stage_name, STAGE_JOBS[stage_name], on_step)
+            report.steps.append(step)
+            if step.detail.get("halted"):
+                break  # the stage halted its batch: nothing after it may run
+        if part is not None and not _halted(report):
+            _run_part(ctx, scope.last_batch, part, progress.states, report, on_step)
+
+        report.halted = batch_log.halted() if _halted(report) else progress.halted
+        if scope.upto == STAGES[-1] and part is None and not scope.halts(report.halted) and (collect or report.plan):
+            left = [s for s in progress.pending if s not in _done(report)] if leased else None
+            report.maintained = _maintain(ctx, left)
+        return report
+
+
+def _run_part(ctx: JobContext, batch_id: int, part: TransformPart, states: dict, report: RunReport, on_step) -> None:
+    """`drive`'s transform part: `transform_step_job` on `batch_id` (`states`: the batch log's, before the run)."""
+    if states.get((batch_id, "transform")) in FINISHED:
+        state = states[(batch_id, "transform")]
+        log.info("micro-batch %d: transform is %s; step %s has nothing to do", batch_id, state, part.step)
+        return
+    if states.get((batch_id, "stage")) not in FINISHED and (batch_id, "stage") not in _done(report):
+        raise RuntimeError(f"micro-batch {batch_id} is not staged yet: step {part.step} runs after the stage task")
+    job = functools.partial(transform_step_job, step=part.step, earlier=[e for e in part.earlier if e])
+    report.steps.append(_run(ctx, batch_id, "transform", job, on_step, part=part.step))
+
+
+def _run(ctx: JobContext, batch_id: int, stage: str, job: Callable, on_step, part: str | None = None) -> StepResult:
+    """One step of `drive`: the job, timed, reported to `on_step`."""
+    started = time.perf_counter()
+    detail = job(ctx, batch_id)
+    step = StepResult(batch_id, stage, detail, time.perf_counter() - started, part)
+    if on_step:
+        on_step(step)
+    return step
+
+
+def _halted(report: RunReport) -> bool:
+    """Whether a step of the run halted its batch (it is the last step then)."""
+    return bool(report.steps) and bool(report.steps[-1].detail.get("halted"))
+
+
+def _done(report: RunReport) -> set[tuple[int, str]]:
+    """The (batch, stage) steps the run finished (a transform part finishes nothing but the last step)."""
+    return {(s.batch_id, s.stage) for s in report.steps if not s.detail.get("halted") and s.part is None}
+
+
+def _maintain(ctx: JobContext, left: list[tuple[int, str]] | None) -> dict[str, int]:
+    """`maintain_job`, told what is `left` pending when the run held the lease throughout (None: it reads the log),
+    and skipped while another runner holds the lake (that runner maintains at its own end)."""
+    try:
+        return maintain_job(ctx, pending=left)
+    except LakeBusy as exc:
+        log.info("maintenance skipped: %s", exc)
+        return {}
 
 
 def run_pending(
@@ -218,7 +386,7 @@ def run_pending(
     stop_before_batch: Callable[[], bool] | None = None,
     hold: Callable[[list[str], set[str]], set[str]] | None = None,
 ) -> RunReport:
-    """Collect new files, then run every pending (batch, stage) in order until all are done.
+    """Collect new files, then run every pending (batch, stage) in order until all are done (`drive`).
 
     `upto` stops each batch after that stage (e.g. "transform": build the Delta warehouse, leave PostgreSQL
     alone); the stages left out stay pending in the batch log. A halted stage stops the run: nothing after it
@@ -228,38 +396,13 @@ def run_pending(
     (`streamdi.collector.collect`). The run holds the lake's runner lease throughout (`streamdi.locks`): another
     runner meanwhile is refused with LakeBusy.
     """
-    with lake_lease(ctx.lake.root):
-        return _run_pending(ctx, on_collect, on_plan, on_step, upto, stop_before_batch, hold)
-
-
-def _run_pending(ctx, on_collect, on_plan, on_step, upto, stop_before_batch, hold) -> RunReport:
-    last = STAGES.index(upto)
-    collected = collect_job(ctx, hold)
-    if on_collect:
-        on_collect(collected)
-    batch_log = BatchLog(ctx.lake)
-    plan = [(b, stage) for b, stage in batch_log.pending() if STAGES.index(stage) <= last]
-    if on_plan:
-        on_plan(plan)
-    if any(stage_name == "transform" for _, stage_name in plan):
-        ctx.start_spark()  # the JVM starts on the idle core while staging parses and imports
-    if any(stage_name == "migrate" for _, stage_name in plan):
-        ctx.start_warehouse()  # PostgreSQL starts while the earlier stages run
-    report = RunReport(collected=collected)
-    in_flight = None
-    for batch_id, stage_name in plan:
-        if batch_id != in_flight and stop_before_batch is not None and in_flight is not None and stop_before_batch():
-            break
-        in_flight = batch_id
-        started = time.perf_counter()
-        detail = STAGE_JOBS[stage_name](ctx, batch_id)
-        step = StepResult(batch_id, stage_name, detail, time.perf_counter() - started)
-        report.steps.append(step)
-        if on_step:
-            on_step(step)
-        if detail.get("halted"):
-            break  # the stage halted its batch: nothing after it may run
-    report.halted = batch_log.halted()
-    if last == len(STAGES) - 1 and not report.halted:
-        report.maintained = maintain_job(ctx)
-    return report
+    return drive(
+        ctx,
+        Scope(upto=upto),
+        collect=True,
+        hold=hold,
+        on_collect=on_collect,
+        on_plan=on_plan,
+        on_step=on_step,
+        stop_before_batch=stop_before_batch,
+    )

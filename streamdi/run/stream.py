@@ -2,45 +2,45 @@
 micro-batch through stage -> transform -> migrate as soon as its trigger fires.
 
 A `streamdi load` or an Airflow task is a new process: it starts (or connects to) Spark, imports Great Expectations,
-opens PostgreSQL, and its first plans meet a cold JIT. The service pays that once and keeps it: its SparkSession,
-the warehouse connection settings, the imported suites. It then loops:
+opens PostgreSQL, and its first plans meet a cold JIT. The service pays that once and keeps it: its SparkSession, the
+warehouse connection settings, the imported suites. It then loops:
 
-1. **Watch**: list the landing zone (a directory listing; a file's bytes are read only when it is collected). A file
-   is *waiting* when the batch log has not registered it; the collector's naming rules apply (`streamdi.collector`:
-   write under a temporary name, then rename). A part whose predecessor has not arrived (`schemas.ordering`) is
-   *held* until it does, or until it has waited `missing_part_grace` seconds (it is then cut without it, and its
-   stage applies `missing_part_policy`), so out-of-order deliveries are put back in order before they run.
-2. **Cut** (the trigger): once files wait, the next micro-batch is cut `interval` seconds after the first of them
-   was seen (0: at once), or as soon as `max_bytes` are waiting. Whatever waits at that moment is collected as one
-   micro-batch per TPC-DI batch, exactly as `streamdi run` would collect it. With `cut="round"` the cuts do not
-   depend on timing: each micro-batch is one *round*, the parts of one number of one TPC-DI batch (every source's
-   `..._batch2_0003`, whatever channel brought them), lowest round first, cut as soon as every file the feed's
-   manifest declares for it has arrived (`streamdi generate drip` writes one before its files), or after
-   `missing_part_grace` seconds without the rest; a round without a manifest, and whole files (no part number), are
-   cut by the time trigger, each on its own. The same deliveries then make the same micro-batches whatever the
+1. **Watch**: list the landing zone (a directory listing; a file's bytes are read only when it is collected). A file is
+   *waiting* when the batch log has not registered it (`stream_cuts.waiting_files`); the collector's naming rules apply
+   (`streamdi.collector`: write under a temporary name, then rename). A part whose predecessor has not arrived
+   (`schemas.ordering`) is *held* until it does, or until it has waited `missing_part_grace` seconds (it is then cut
+   without it, and its stage applies `missing_part_policy`), so out-of-order deliveries are put back in order before
+   they run.
+2. **Cut** (the trigger, `stream_cuts.Trigger` and `stream_cuts.next_round`): once files wait, the next micro-batch is
+   cut `interval` seconds after the first of them was seen (0: at once), or as soon as `max_bytes` are waiting. Whatever
+   waits at that moment is collected as one micro-batch per TPC-DI batch, exactly as `streamdi run` would collect it.
+   With `cut="round"` the cuts do not depend on timing: each micro-batch is one *round*, the parts of one number of one
+   TPC-DI batch (every source's `..._batch2_0003`, whatever channel brought them), lowest round first, cut as soon as
+   every file the feed's manifest declares for it has arrived (`streamdi generate drip` writes one before its files), or
+   after `missing_part_grace` seconds without the rest; a round without a manifest, and whole files (no part number),
+   are cut by the time trigger, each on its own. The same deliveries then make the same micro-batches whatever the
    arrival order and the service's speed.
-3. **Run**: every pending (batch, stage) in order, through the same orchestration loop as the CLI
-   (`pipeline.run_pending`); the batch log records each stage, so a crash (`kill -9`) and a restart resume exactly
-   once, and the first thing a (re)started service does is finish what the log has pending.
+3. **Run**: every pending (batch, stage) in order, through the one loop the CLI and the Airflow tasks run too
+   (`pipeline.run_pending`, `pipeline.drive`); the batch log records each stage, so a crash (`kill -9`) and a restart
+   resume exactly once, and the first thing a (re)started service does is finish what the log has pending.
 
-A run that fails on infrastructure (PostgreSQL stopped, a full disk) is retried with a growing pause, the error in
-the status, and the service gives up (exit 1) after `GIVE_UP` failures in a row. A halted batch stops the service's
-work (nothing after it may run) but not the service: it reports the halt and
-waits for an operator's `streamdi batch resume|skip`, then goes on. SIGTERM or Ctrl-C finishes the micro-batch in
-flight (all of its stages) and stops; a second one abandons it at once (its finished stages are in the batch log;
-a restart does the rest).
+A run that fails on infrastructure (PostgreSQL stopped, a full disk) is retried with a growing pause, the error in the
+status, and the service gives up (exit 1) after `GIVE_UP` failures in a row. A halted batch stops the service's work
+(nothing after it may run) but not the service: it reports the halt and waits for an operator's `streamdi batch
+resume|skip`, then goes on. SIGTERM or Ctrl-C finishes the micro-batch in flight (all of its stages) and stops; a second
+one abandons it at once (its finished stages are in the batch log; a restart does the rest).
 
 State for operators: `<home>/stream/status.json` (rewritten atomically at every change and every second), read by
-`streamdi stream status`: whether the service runs, what it does, the lag (age of the oldest waiting file), the last
-micro-batches with their latency from arrival to visible in PostgreSQL (`streamdi.batch_metrics`), rows/s and any
-halt. One service per home (`<home>/stream/service.lock`); it holds the lake's runner lease (`streamdi.locks`).
+`streamdi stream status` (`streamdi.run.stream_status`, also the Airflow supervision): whether the service runs, what it
+does, the lag (age of the oldest waiting file), the last micro-batches with their latency from arrival to visible in
+PostgreSQL (`streamdi.batch_metrics`), rows/s and any halt. One service per home (`<home>/stream/service.lock`,
+`streamdi.locks.flocked_nowait`); it holds the lake's runner lease (`streamdi.locks`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import json
 import logging
 import os
@@ -48,53 +48,25 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from streamdi.batchlog import BatchLog, percentile
-from streamdi.collector import is_collectable, missing_predecessors, part_of
+from streamdi.batchlog import BatchLog
+from streamdi.collector import missing_predecessors, part_of
 from streamdi.context import JobContext
 from streamdi.generator.drip import manifest_path
-from streamdi.locks import lake_lease
-from streamdi.settings import Settings
+from streamdi.locks import HeldElsewhere, flocked_nowait, lake_lease
+from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
+from streamdi.run.stream_status import LOCK_FILE, STATUS_FILE, folder
 
 log = logging.getLogger(__name__)
 
-STATUS_FILE = "status.json"
-LOCK_FILE = "service.lock"
 HEARTBEAT = 1.0  # seconds between two status writes while nothing changes
 HALT_RECHECK = 2.0  # seconds between two looks at the batch log while a batch is halted
 RECENT = 200  # micro-batches kept in the status for latency percentiles and rows/s
 RETRY_FIRST = 1.0  # seconds before the first retry of a failed run; doubled after each failure
 RETRY_MAX = 30.0
 GIVE_UP = 8  # failed runs in a row after which the service stops with the error
-
-
-def folder(settings: Settings) -> Path:
-    return settings.home.absolute() / "stream"
-
-
-CUTS = ("time", "round")
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """When the service cuts the next micro-batch out of the waiting files."""
-
-    interval: float = 0.5  # seconds after the first waiting file was seen (0: as soon as a file waits)
-    max_bytes: int = 0  # cut as soon as this many bytes wait, before the interval ends (0: no size trigger)
-    poll: float = 0.05  # seconds between two listings of the landing zone
-    cut: str = "time"  # "round": one round of parts per micro-batch (`next_round`), whatever the timing
-
-    def __post_init__(self) -> None:
-        if self.interval < 0 or self.max_bytes < 0 or self.poll <= 0:
-            raise ValueError(f"a trigger needs interval >= 0, max_bytes >= 0 and poll > 0, got {self}")
-        if self.cut not in CUTS:
-            raise ValueError(f"unknown cut {self.cut!r}: one of {', '.join(CUTS)}")
-
-    def fires(self, waited: float, waiting_bytes: int) -> bool:
-        return waited >= self.interval or (self.max_bytes > 0 and waiting_bytes >= self.max_bytes)
 
 
 @dataclass
@@ -141,87 +113,6 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def held_parts(
-    new: list[str], registered: set[str], first_seen: dict[str, float], now: float, grace: float
-) -> set[str]:
-    """The parts among `new` to hold back for now: a part whose predecessor (`streamdi.collector.Part`) is neither
-    registered nor among `new`, or is held itself, until it has waited `grace` seconds (`first_seen`: when the
-    service first listed it; a file never listed has just arrived). Whole files are never held."""
-    present = {p for p in map(part_of, registered) if p is not None}
-    arrived: dict = {}
-    for file in new:
-        part = part_of(file)
-        if part is not None:
-            arrived.setdefault(part, []).append(file)
-    held: set[str] = set()
-    for part in sorted(arrived):  # a predecessor is decided before its successors
-        before = part.predecessor()
-        gap = before is not None and before not in present and (before not in arrived or arrived[before][0] in held)
-        for file in arrived[part]:
-            if gap and now - first_seen.get(file, now) < grace:
-                held.add(file)
-    return held
-
-
-@dataclass(frozen=True)
-class Round:
-    """The next micro-batch of a round cut: the waiting files it takes, their round (TPC-DI batch, part number; None
-    for whole files) and whether every file declared for the round has arrived (None: nothing declares it)."""
-
-    key: tuple[int, int] | None
-    files: frozenset[str]
-    complete: bool | None
-
-
-def next_round(
-    waiting: list[str],
-    registered: set[str],
-    held: set[str],
-    declared: Mapping[int, Mapping[int, frozenset[str]]],
-) -> Round | None:
-    """The round to cut next out of `waiting` (minus the `held` parts): the whole files (no part number) if any wait,
-    else the waiting parts of the lowest (TPC-DI batch, part number) -- duplicates, whose names carry their
-    original's number, included. `declared` holds the feed's manifests: TPC-DI batch -> part number -> its landing
-    files. A declared round is complete when all of its files are registered or waiting and every file declared for
-    an earlier round is registered (a round never overtakes one that has not arrived yet); a round of a batch
-    without a manifest is undeclared (`complete` None)."""
-    free = [w for w in waiting if w not in held]
-    if not free:
-        return None
-    parts = {w: part_of(w) for w in free}
-    whole = frozenset(w for w, p in parts.items() if p is None)
-    if whole:
-        return Round(None, whole, None)
-    key = min((p.source_batch, p.number) for p in parts.values() if p is not None)
-    files = frozenset(w for w, p in parts.items() if p is not None and (p.source_batch, p.number) == key)
-    if key[0] not in declared:
-        return Round(key, files, None)
-    earlier = [f for b, rounds in declared.items() for n, fs in rounds.items() if (b, n) < key for f in fs]
-    complete = declared[key[0]].get(key[1], frozenset()) <= files | registered and registered.issuperset(earlier)
-    return Round(key, files, complete)
-
-
-def waiting_files(landing: Path, registered: set[str]) -> Iterator[tuple[str, int, float]]:
-    """(relative path, size, mtime) of every collectable file under `landing` that `registered` lacks."""
-    if not landing.is_dir():
-        return
-    stack = [landing]
-    while stack:
-        directory = stack.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith((".", "_")):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                    continue
-                relative = Path(entry.path).relative_to(landing).as_posix()
-                if relative in registered or not is_collectable(entry.name):
-                    continue
-                stat = entry.stat()
-                yield relative, stat.st_size, stat.st_mtime
-
-
 class StreamService:
     """The service's loop (`run`) over one warm `JobContext`. `stop()` (the first SIGTERM) lets the micro-batch in
     flight finish; `idle_exit` (seconds with nothing waiting or pending) ends the loop by itself, for scripted
@@ -230,7 +121,7 @@ class StreamService:
     def __init__(
         self,
         ctx: JobContext,
-        trigger: Trigger = Trigger(),
+        trigger: Trigger = Trigger(),  # noqa: B008 (frozen: never changed)
         *,
         idle_exit: float | None = None,
         on_batch: Callable[[BatchLatency], None] | None = None,
@@ -295,7 +186,7 @@ class StreamService:
 
         self.folder.mkdir(parents=True, exist_ok=True)
         with (
-            _service_lock(self.folder / LOCK_FILE),
+            _one_service(self.folder / LOCK_FILE),
             lake_lease(self.ctx.lake.root, f"streamdi stream (pid {os.getpid()})"),
         ):
             self._set(state="starting")
@@ -491,29 +382,20 @@ class StreamService:
         return BatchLatency(batch_id, rows, {}, staged, committed, visible)
 
 
-@contextlib.contextmanager
-def _service_lock(path: Path) -> Iterator[None]:
-    """Hold `path`'s exclusive lock for the service's life; a second service of the same home fails clearly."""
-    handle = open(path, "a+")  # noqa: SIM115 (held for the whole service)
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            raise ServiceRunning(
-                f"a stream service already runs for this home ({handle.read().strip() or path})"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        yield
-    finally:
-        handle.close()
-
-
 class ServiceRunning(RuntimeError):
     """Another stream service holds this home."""
+
+
+@contextlib.contextmanager
+def _one_service(path):
+    """Hold the home's service lock (`streamdi.locks.flocked_nowait`) for the service's life; a second service of
+    the same home fails clearly."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(flocked_nowait(path, f"pid {os.getpid()}"))
+        except HeldElsewhere as exc:
+            raise ServiceRunning(f"a stream service already runs for this home ({exc.holder or path})") from None
+        yield
 
 
 def install_signals(service: StreamService) -> None:
@@ -531,118 +413,3 @@ def install_signals(service: StreamService) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-
-
-# -- status, for `streamdi stream status` -------------------------------------------------------------------
-
-
-def read_status(settings: Settings) -> tuple[dict | None, bool]:
-    """The service's last status and whether its process still runs (its lock is held)."""
-    path = folder(settings) / STATUS_FILE
-    if not path.exists():
-        return None, False
-    status = json.loads(path.read_text())
-    return status, _lock_held(folder(settings) / LOCK_FILE)
-
-
-def _lock_held(path: Path) -> bool:
-    if not path.exists():
-        return False
-    with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
-
-
-def rows_per_second(recent: list[dict]) -> float | None:
-    """Warehouse rows made visible per second of the stages' own run time over `recent`."""
-    busy = sum(sum(r["seconds"].values()) for r in recent)
-    return round(sum(r["rows"] for r in recent) / busy, 1) if busy > 0 else None
-
-
-# -- supervision, for the Airflow DAG `streamdi_stream` ------------------------------------------------------------
-
-ACTIONS = ("ensure", "stop", "check")
-START_TIMEOUT = 180.0
-
-
-def summary(status: dict | None, running: bool) -> dict:
-    """What an operator needs from a status: state, lag, the last micro-batch, latency percentiles and rows/s (of the
-    warm micro-batches: the service's first, on a cold Spark, is given apart), halt and error (`streamdi stream
-    status` prints it; the Airflow DAG returns it)."""
-    if status is None:
-        return {"running": False, "state": "never started"}
-    recent = status.get("recent") or []
-    warm = [r for r in recent if not r.get("cold")]
-    visible = [r["visible"] for r in warm if r.get("visible") is not None]
-    cold = [r["visible"] for r in recent if r.get("cold") and r.get("visible") is not None]
-    return {
-        "running": running,
-        "state": status["state"] if running else f"not running (last state: {status['state']})",
-        "pid": status["pid"],
-        "updated_at": status["updated_at"],
-        "waiting_files": status["waiting_files"],
-        "lag_seconds": status["lag_seconds"],
-        "last_batch": status.get("last_batch"),
-        "batches_done": status["batches_done"],
-        "warm_batches": len(visible),  # the micro-batches of the percentiles (the last `RECENT`, the cold one out)
-        "visible_p50_seconds": percentile(visible, 50),
-        "visible_p99_seconds": percentile(visible, 99),
-        "cold_visible_seconds": cold[-1] if cold else None,  # the first micro-batch, if still among the recent
-        "rows_per_second": rows_per_second(warm),
-        "halt": status.get("halt"),
-        "error": status.get("error"),
-    }
-
-
-def start_detached(settings: Settings, *args: str) -> int:
-    """Start `streamdi stream` in a session of its own (it outlives the caller, e.g. an Airflow task), its output in
-    `<home>/stream/service.log`; returns its pid."""
-    import subprocess
-    import sys
-
-    folder(settings).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "STREAMDI_HOME": str(settings.home.absolute())}
-    with open(folder(settings) / "service.log", "ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "streamdi.run.cli", "stream", *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return process.pid
-
-
-def supervise(settings: Settings, action: str = "ensure", *, timeout: float = START_TIMEOUT) -> dict:
-    """`ensure`: start the service if it does not run and wait until it serves; `stop`: ask it to finish its
-    micro-batch in flight and stop, and wait for that; `check`: only look. Returns `summary` of the status."""
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}: one of {', '.join(ACTIONS)}")
-    status, running = read_status(settings)
-    deadline = time.monotonic() + timeout
-    if action == "ensure" and not running:
-        pid = start_detached(settings)
-        log.info("started the stream service (pid %s); output in %s", pid, folder(settings) / "service.log")
-        while True:
-            status, running = read_status(settings)
-            if running and status is not None and status["pid"] == pid and status["state"] != "starting":
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the stream service (pid {pid}) did not start in {timeout:g} s; see its log "
-                    f"{folder(settings) / 'service.log'}"
-                )
-            time.sleep(0.5)
-    elif action == "stop" and running and status is not None:
-        os.kill(status["pid"], signal.SIGTERM)
-        while running and time.monotonic() < deadline:
-            time.sleep(0.5)
-            status, running = read_status(settings)
-        if running:
-            raise TimeoutError(f"the stream service (pid {status['pid']}) did not stop in {timeout:g} s")
-    return summary(status, running)

@@ -181,7 +181,7 @@ def test_stream_dag_starts_checks_and_stops_the_service(dagbag, home):
     """streamdi_stream's supervise task starts a real `streamdi stream` (a process of its own that outlives the task),
     which then runs a file that lands (a piece delivered a second time under a new name: a duplicate, not staged);
     `check` reports it; `stop` ends the service."""
-    from streamdi.run.stream import read_status
+    from streamdi.run.stream_status import read_status
 
     assert sorted(batch_log(home)[0]) == [1, 2, 3, 4], "needs the runs of the tests before"
     before = pg_counts(home)

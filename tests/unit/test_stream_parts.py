@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from streamdi.run.stream import (
-    Round,
-    Trigger,
-    held_parts,
-    next_round,
-    percentile,
-    rows_per_second,
-    summary,
-    waiting_files,
-)
+from streamdi.batchlog import percentile
+from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
+from streamdi.run.stream_status import rows_per_second, summary
 
 
 def test_trigger_fires_after_the_interval_or_at_the_size():

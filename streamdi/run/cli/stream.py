@@ -61,7 +61,8 @@ def stream(
     import threading
 
     from streamdi.context import open_context
-    from streamdi.run.stream import ServiceRunning, StreamService, Trigger, install_signals
+    from streamdi.run.stream import ServiceRunning, StreamService, install_signals
+    from streamdi.run.stream_cuts import Trigger
 
     settings = load_settings()
     settings.landing_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +116,7 @@ def stream(
 def stream_status() -> None:
     """Whether the stream service runs, what it does, its lag, its last micro-batches' latency (arrival -> staged
     -> committed in Delta -> visible in PostgreSQL), rows/s and any halt."""
-    from streamdi.run.stream import read_status, summary
+    from streamdi.run.stream_status import read_status, summary
 
     status, running = read_status(load_settings())
     if status is None:
@@ -166,7 +167,7 @@ def stream_stop() -> None:
     """Ask the running stream service to finish its micro-batch in flight and stop (SIGTERM)."""
     import signal
 
-    from streamdi.run.stream import read_status
+    from streamdi.run.stream_status import read_status
 
     status, running = read_status(load_settings())
     if not running or status is None:
