@@ -2,6 +2,7 @@
 entry points (`streamdi.run`, `dags/`, `bench/`), with no cycle among the modules.
 
 Every import counts, also one inside a function: a deferred import is still a dependency.
+No module reaches into another one's private names (a leading underscore).
 """
 
 from __future__ import annotations
@@ -94,3 +95,39 @@ def test_no_import_cycle(graph):
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as cycle:
         pytest.fail(f"import cycle: {' -> '.join(cycle.args[1])}")
+
+
+def private_reaches() -> list[str]:
+    """`from module import _name` and `module._name` where the module is one of ours and not the importer."""
+    modules = project_modules()
+    found = []
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        bound: dict[str, str] = {}  # local name -> the project module it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES + SCRIPTS:
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{module}:{node.lineno}: from {node.module} import {alias.name}")
+                    if f"{node.module}.{alias.name}" in modules:
+                        bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                bound.update(
+                    {alias.asname: alias.name for alias in node.names if alias.asname and alias.name in modules}
+                )
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and bound.get(node.value.id, module) != module
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                found.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
+    return sorted(found)
+
+
+def test_no_private_names_across_modules():
+    # A leading underscore means "only this module relies on it"; reaching across that line ties two modules'
+    # insides together. Tests may (they pin internals on purpose); the project's own modules may not.
+    assert private_reaches() == []
