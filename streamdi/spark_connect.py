@@ -288,12 +288,32 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-if __name__ == "__main__":  # python -m streamdi.spark_connect watch PID PORT TIMEOUT (started by `_start`)
-    from streamdi.settings import load_settings
+def main(argv: list[str] | None = None) -> None:
+    """The command line of the watchdog: `python -m streamdi.spark_connect watch PID PORT TIMEOUT` (started by
+    `_start`, not by users). typer is imported here: a Spark start imports this module and need not pay for it."""
+    import typer
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _, verb, pid_arg, port_arg, timeout_arg = sys.argv
-    if verb != "watch":
-        raise SystemExit(f"unknown command {verb!r}")
-    ended = watch(load_settings(), int(pid_arg), int(port_arg), float(timeout_arg))
-    log.info("watchdog of the embedded Spark Connect server (pid %s): %s", pid_arg, ended)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
+
+    @app.callback()
+    def commands() -> None:
+        """The embedded Spark Connect server's helper processes."""
+
+    @app.command("watch")
+    def watch_command(
+        pid: int = typer.Argument(..., help="the server's process id"),
+        port: int = typer.Argument(..., help="the server's port"),
+        timeout: float = typer.Argument(..., help="seconds of idleness after which the server stops"),
+    ) -> None:
+        """Stop the server after TIMEOUT idle seconds; end when the server ends."""
+        from streamdi.settings import load_settings
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        ended = watch(load_settings(), pid, port, timeout)
+        log.info("watchdog of the embedded Spark Connect server (pid %s): %s", pid, ended)
+
+    app(args=argv)
+
+
+if __name__ == "__main__":
+    main()
