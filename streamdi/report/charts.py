@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
@@ -118,24 +117,17 @@ def window_panels(
     nodes: dict[str, list[float | None]],
     step: dt.timedelta,
     top: float,
-    columns: int = 4,
 ) -> str:
-    """One SVG with a small panel per node (its values at the windows' starts, x by event time) on one shared scale
-    (`top`); a line joins neighbouring windows only, so a stretch without records shows as a gap. Each point's
-    tooltip gives the node, the window's start and the value."""
-    tips: dict[str, list[str]] = {}
-    rows = math.ceil(len(nodes) / columns)
+    """A small SVG panel per node (`svg.panel`, labelled with the node's name): its values at the windows' starts, x
+    by event time, every panel on one shared scale (`top`) so they compare at a glance; a line joins neighbouring
+    windows only, so a stretch without records shows as a gap. Each point's tooltip gives the node, the window's
+    start and the value."""
     span = (starts[-1] - starts[0]) or step
+    panels = []
     with _rc():
-        height = 1.2 * rows
-        fig = _figure(10.0, height, left=0.045, right=0.99, top=1 - 0.22 / height, bottom=0.22 / height,
-                      hspace=0.75, wspace=0.1)  # fmt: skip
-        axes = fig.subplots(rows, columns, squeeze=False, sharey=True)
-        for k, ax in enumerate(axes.flat):
-            if k >= len(nodes):
-                ax.set_visible(False)
-                continue
-            node, values = list(nodes.items())[k]
+        for k, (node, values) in enumerate(nodes.items()):
+            fig = _figure(2.45, 1.2, left=0.17, right=0.95, top=0.8, bottom=0.2)
+            ax = fig.add_subplot()
             points = [(i, v) for i, v in enumerate(values) if v is not None]
             runs: list[list[tuple[int, float]]] = []
             for i, v in points:
@@ -146,10 +138,9 @@ def window_panels(
             for run in runs:
                 if len(run) > 1:
                     ax.plot([starts[i] for i, _ in run], [v for _, v in run], color=_LINE, linewidth=1.0)
-            gid = f"points-{k}"
-            ax.scatter([starts[i] for i, _ in points], [v for _, v in points], s=5, color=_LINE, gid=gid,
+            ax.scatter([starts[i] for i, _ in points], [v for _, v in points], s=5, color=_LINE, gid="points",
                        clip_on=False, zorder=3)  # fmt: skip
-            tips[gid] = [f"{node} {starts[i]:%Y-%m-%d %H:%M}: {number(v)}" for i, v in points]
+            tips = {"points": [f"{node} {starts[i]:%Y-%m-%d %H:%M}: {number(v)}" for i, v in points]}
             ax.set_title(node, loc="left", fontsize=8.5, fontweight="bold", color="#1f2328", pad=3)
             ax.set_title(f"total {number(sum(v for _, v in points))}", loc="right", fontsize=7.5, pad=3)
             pad = span * 0.03
@@ -162,7 +153,8 @@ def window_panels(
             ax.set_yticks([0, top] if top else [0], ["0", number(top)] if top else ["0"], fontsize=7)
             for side in ("top", "right"):
                 ax.spines[side].set_visible(False)
-        return _finish(fig, prefix, tips)
+            panels.append(_finish(fig, f"{prefix}-{k}", tips, css_class="panel", label=node))
+    return "".join(panels)
 
 
 # ------------------------------------------------------------------------------------------------ svg
@@ -186,9 +178,18 @@ def _figure(width: float, height: float, **margins: float) -> Figure:
     return fig
 
 
-def _finish(fig: Figure, prefix: str, tips: dict[str, str | list[str]], *, bars: bool = False) -> str:
+def _finish(
+    fig: Figure,
+    prefix: str,
+    tips: dict[str, str | list[str]],
+    *,
+    bars: bool = False,
+    css_class: str = "chart",
+    label: str | None = None,
+) -> str:
     """The figure as one `<svg>` element for an HTML page: ids prefixed, no metadata or global style, a `<title>` in
-    each artist group named in `tips` (one per drawn element for a list), bars as `<rect>`s when `bars`."""
+    each artist group named in `tips` (one per drawn element for a list), bars as `<rect>`s when `bars`; the element
+    has the class `css_class` and, with `label`, that accessible name."""
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
     root = ET.fromstring(out.getvalue())
@@ -213,7 +214,9 @@ def _finish(fig: Figure, prefix: str, tips: dict[str, str | list[str]], *, bars:
                 _titled(element, text)
     _prefix_ids(root, prefix)
     root.set("role", "img")
-    root.set("class", "chart")
+    root.set("class", css_class)
+    if label is not None:
+        root.set("aria-label", label)
     return ET.tostring(root, encoding="unicode")
 
 
