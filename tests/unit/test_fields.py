@@ -114,3 +114,10 @@ def test_an_xml_value_with_a_line_terminator_is_rejected():
     ).set_column(names.index("ca_b_id") + 1, "ca_b_id", pa.array(["7", "7\n"], pa.large_string()))
     checked = check_actions(raw).to_pylist()
     assert [(r["ca_b_id"], r["reason"]) for r in checked] == [(7, ""), (None, "ca_b_id: '7\n' is not a valid bigint")]
+
+
+def test_doubles_parse_decimal_and_exponent_forms_only():
+    texts = ["1.5", "-2e3", "+.25", "7.", "1E-2", "nan", "inf", "1_000", "1.2.3", "e5", "\u0661", "0x10"]
+    got = typed(pa.array(texts), pa.array([True] * len(texts)), Column("d", "double"))
+    assert got.values.to_pylist() == [1.5, -2000.0, 0.25, 7.0, 0.01, None, None, None, None, None, None, None]
+    assert got.invalid.to_pylist() == [False] * 5 + [True] * 7
