@@ -37,11 +37,13 @@ from typing import Annotated
 import httpx
 import typer
 
+from streamdi.scripts import script_app
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
 TINY = {"BatchDate.txt": None, "Customer.txt": 5, "Account.txt": 5, "Trade.txt": 20}  # file -> first lines (None: all)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True)
+app = script_app(no_args_is_help=True)
 
 
 def _free_port() -> int:

@@ -93,6 +93,7 @@ from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
 from streamdi.run.stream_cuts import waiting_files  # noqa: E402
+from streamdi.scripts import script_app  # noqa: E402
 from streamdi.settings import Settings  # noqa: E402
 from streamdi.warehouse import open_warehouse, sql  # noqa: E402  (sql: psycopg's, as streamdi.warehouse has it)
 
@@ -787,9 +788,7 @@ def db_stop(home: Path) -> None:
 # -- main --------------------------------------------------------------------------------------------------------------
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=" ".join(__doc__.split("\n\n")[0].split()))

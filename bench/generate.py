@@ -17,16 +17,17 @@ from typing import Annotated
 import typer
 
 from streamdi.generator import Params, generate
+from streamdi.scripts import script_app
 
 TARGET_ROWS_PER_SECOND = 150_000
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
+app = script_app()
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "help_option_names": ["-h", "--help"]}, help=__doc__.splitlines()[0]
 )
-
-
-@app.command(context_settings={"allow_extra_args": True}, help=__doc__.splitlines()[0])
 def main(
     context: typer.Context,
     sf: Annotated[

@@ -43,6 +43,7 @@ from streamdi.context import JobContext
 from streamdi.delivery import deliver_batch, drip_batch
 from streamdi.generator import Params, generate
 from streamdi.run.pipeline import collect_job, compact_job, migrate_job, stage_job
+from streamdi.scripts import script_app
 from streamdi.settings import Settings
 
 TARGETS = {"Batch1": 60.0, "Batch2": 10.0}
@@ -178,9 +179,7 @@ def run_batch(ctx: JobContext, label: str, rows: list[dict]) -> None:
         )
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=__doc__.splitlines()[0])

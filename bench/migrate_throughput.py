@@ -39,6 +39,7 @@ from streamdi import embedded_pg
 from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch
+from streamdi.scripts import script_app
 from streamdi.settings import Settings
 
 # `sql` is psycopg's module as streamdi.warehouse imports it: only streamdi/warehouse*.py import psycopg.
@@ -110,9 +111,7 @@ def micro_batch_latency(lake: Lake, warehouse: Warehouse, trades: int, count: in
     return results
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=__doc__)

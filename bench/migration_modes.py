@@ -42,6 +42,7 @@ from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.lake import Lake
 from streamdi.migrator import migrate_pending
 from streamdi.queries import NAMED_QUERIES
+from streamdi.scripts import script_app
 from streamdi.settings import Settings
 from streamdi.warehouse import Warehouse, open_warehouse
 
@@ -262,9 +263,7 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=__doc__)

@@ -40,10 +40,9 @@ from schemas import sources as src  # noqa: E402
 from schemas.quality import QUALITY_RESULTS  # noqa: E402
 from streamdi import quality  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
+from streamdi.scripts import script_app  # noqa: E402
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=__doc__.splitlines()[0])

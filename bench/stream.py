@@ -49,6 +49,7 @@ from schemas.sources import TRADE_CDC  # noqa: E402
 from streamdi.batchlog import percentile  # noqa: E402
 from streamdi.generator import Params, generate  # noqa: E402
 from streamdi.generator.drip import DripOptions, drip  # noqa: E402
+from streamdi.scripts import script_app  # noqa: E402
 
 BEFORE = 6.0  # seconds per dripped micro-batch before the service (issue 23)
 GOAL = {"p50": 1.0, "p99": 3.0}
@@ -60,9 +61,7 @@ def run(cmd: list[str], env: dict) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=__doc__.split("\n")[0])

@@ -46,6 +46,7 @@ from jobs.windows_sources import TradeSource  # noqa: E402
 from schemas import windows as ws  # noqa: E402
 from streamdi.context import JobContext  # noqa: E402
 from streamdi.lake import Lake  # noqa: E402
+from streamdi.scripts import script_app  # noqa: E402
 from streamdi.settings import Settings  # noqa: E402
 
 H = dt.timedelta(hours=1)
@@ -115,9 +116,7 @@ def dense(records: win.Records, per_day: int, days: list[int]) -> win.Records:
     )
 
 
-app = typer.Typer(
-    add_completion=False, pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]}
-)
+app = script_app()
 
 
 @app.command(help=__doc__.split("\n")[0])

@@ -89,13 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     the top, so that a Spark start (which imports this module for `driver_options`) does not pay for it."""
     import typer
 
-    app = typer.Typer(
-        help=__doc__.splitlines()[0],
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        context_settings={"help_option_names": ["-h", "--help"]},
-    )
+    from streamdi.scripts import script_app
+
+    app = script_app(help=__doc__.splitlines()[0], no_args_is_help=True)
 
     @app.command("build")
     def build_command(force: bool = typer.Option(False, "--force", help="rebuild even if it exists")) -> None:

@@ -293,7 +293,9 @@ def main(argv: list[str] | None = None) -> None:
     `_start`, not by users). typer is imported here: a Spark start imports this module and need not pay for it."""
     import typer
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
+    from streamdi.scripts import script_app
+
+    app = script_app(no_args_is_help=True)
 
     @app.callback()
     def commands() -> None:

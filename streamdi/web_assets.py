@@ -290,13 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     that building a report (which imports this module for `localize`) does not pay for it."""
     import typer
 
-    app = typer.Typer(
-        help=__doc__.splitlines()[0],
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        context_settings={"help_option_names": ["-h", "--help"]},
-    )
+    from streamdi.scripts import script_app
+
+    app = script_app(help=__doc__.splitlines()[0], no_args_is_help=True)
 
     @app.command("fetch")
     def fetch_command() -> None:
