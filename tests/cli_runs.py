@@ -19,10 +19,12 @@ from streamdi.warehouse import open_warehouse
 STREAMDI = str(Path(sys.executable).with_name("streamdi"))
 
 
-def env_for(home: Path, fault: str | None = None, compact: str | None = None, remote: str = "off") -> dict[str, str]:
+def env_for(
+    home: Path, fault: str | None = None, compact: str | None = None, remote: str = "off", master: str = "local[2]"
+) -> dict[str, str]:
     drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER="local[2]", STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
+    env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER=master, STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
     env["STREAMDI_SPARK_REMOTE"] = remote
     if fault:
         env["STREAMDI_FAULT_AT"] = fault
@@ -32,11 +34,17 @@ def env_for(home: Path, fault: str | None = None, compact: str | None = None, re
 
 
 def load(
-    home: Path, data: Path, batch: int, fault: str | None = None, compact: str | None = None, remote: str = "off"
+    home: Path,
+    data: Path,
+    batch: int,
+    fault: str | None = None,
+    compact: str | None = None,
+    remote: str = "off",
+    master: str = "local[2]",
 ) -> int:
     done = subprocess.run(
         [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
-        env=env_for(home, fault, compact, remote),
+        env=env_for(home, fault, compact, remote, master),
         capture_output=True,
         text=True,
         timeout=600,

@@ -12,6 +12,7 @@ from dagdata import REPO
 
 from streamdi.run import orchestration
 from streamdi.settings import Settings
+from streamdi.spark_standalone import MASTER_CLASS, WORKER_CLASS
 
 DOCKER = REPO / "docker"
 SERVICES = {
@@ -79,6 +80,9 @@ def test_airflow_components_share_the_lake_and_submit_to_the_spark_master(compos
         assert env["STREAMDI_LAKE"].startswith("/data/") and env["STREAMDI_LANDING"].startswith("/data/")
     for name in ("spark-master", "spark-worker"):
         assert "lake:/data" in services[name]["volumes"], name
+    # the cluster the tests start on loopback (tests/e2e/test_cluster.py) runs the same two processes
+    assert master[:2] == ["spark-class", MASTER_CLASS]
+    assert services["spark-worker"]["command"][:2] == ["spark-class", WORKER_CLASS]
     assert services["airflow-scheduler"]["command"] == ["airflow", "scheduler"]
     assert services["airflow-api-server"]["command"] == ["airflow", "api-server"]
     assert services["airflow-dag-processor"]["command"] == ["airflow", "dag-processor"]
