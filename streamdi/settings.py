@@ -140,10 +140,12 @@ class Settings(BaseSettings):
         "besides <home>/data where the demo data sets are generated; any other path is refused.",
     )
     checkpoint_every: int = Field(
-        default=100,
+        default=10,
         ge=0,
         description="Maintain a Delta table once it is this many commits past its last checkpoint (0: never): write a "
-        "checkpoint, drop log files past the log retention, vacuum. Runs when nothing is pending in the batch log.",
+        "checkpoint, drop log files past the log retention, vacuum. Runs when nothing is pending in the batch log. "
+        "Every open and every catch-up of a table reads the commits since its last checkpoint, so a low value keeps "
+        "micro-batches quick (~17 ms per table maintained).",
     )
     vacuum_retention_hours: int = Field(
         default=168,
