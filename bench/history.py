@@ -1,0 +1,117 @@
+"""Cost against history: does micro-batch 500 of a long drip cost what micro-batch 5 costs? (issue 25: within 1.2x)
+
+Usage: .venv/bin/python bench/history.py [--sf 1] [--batches 501] [--data DIR] [--home DIR]
+
+Generates the data set if DIR has none (`--batches` TPC-DI batches: Batch1 historical, the rest incremental, all of
+one size), loads Batch1 with `streamdi load` (a process of its own, not timed), then in this one warm process
+(Spark and PostgreSQL started before the clock) delivers each incremental batch whole into the landing zone and
+runs it through stage -> transform -> migrate -> maintenance (`run_pending`): one micro-batch per TPC-DI batch, so
+micro-batch N is TPC-DI batch N and every micro-batch has the same size. Lake maintenance follows the environment
+(`STREAMDI_CHECKPOINT_EVERY`, `STREAMDI_VACUUM_RETENTION_HOURS`). Prints a line every 25 micro-batches and, at the
+end, the medians of micro-batches 3-12 ("micro-batch 5") and of the last ten, per stage and transform step, with
+their ratio against the goal. Every micro-batch's times go to bench/out/history.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from streamdi.context import JobContext
+from streamdi.delivery import deliver_batch
+from streamdi.generator import Params, generate
+from streamdi.run.pipeline import run_pending
+from streamdi.scripts import script_app
+from streamdi.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "out" / "history.jsonl"
+GOAL = 1.2  # issue 25: micro-batch 500 within 1.2x of micro-batch 5
+EARLY = range(3, 13)  # micro-batch 2 is the warm process's first (cold JIT)
+
+app = script_app()
+
+
+def micro_batch(ctx: JobContext, data: Path, batch: int) -> dict:
+    deliver_batch(data, batch, ctx.settings.landing_dir)
+    started = time.perf_counter()
+    report = run_pending(ctx)
+    row: dict = {"batch": batch, "seconds": round(time.perf_counter() - started, 3)}
+    for step in report.steps:
+        row[step.stage] = round(step.seconds, 3)
+        for name, seconds in (step.detail.get("seconds") or {}).items():
+            row[name] = seconds
+    row["maintained"] = len(report.maintained)
+    return row
+
+
+def medians(rows: list[dict], keys: list[str]) -> dict[str, float]:
+    return {k: statistics.median(r.get(k, 0.0) for r in rows) for k in keys}
+
+
+@app.command(help=__doc__.splitlines()[0])
+def main(
+    sf: Annotated[float, typer.Option(help="scale factor of the generated data set")] = 1.0,
+    batches: Annotated[int, typer.Option(help="TPC-DI batches, Batch1 included")] = 501,
+    data: Annotated[Path | None, typer.Option(help="data set (generated here when it lacks the last batch)")] = None,
+    home: Annotated[Path | None, typer.Option(help="scratch STREAMDI_HOME (default: temporary)")] = None,
+) -> None:
+    data = data or Path(tempfile.gettempdir()) / f"streamdi-history-sf{sf:g}x{batches}"
+    if not (data / f"Batch{batches}" / "BatchDate.txt").exists():
+        started = time.perf_counter()
+        generate(Params(scale_factor=sf, batches=batches), data)
+        print(f"generated SF {sf:g} with {batches} batches into {data} in {time.perf_counter() - started:.1f}s")
+    home = home or Path(tempfile.mkdtemp(prefix="streamdi-history-home-"))
+    shutil.rmtree(home, ignore_errors=True)
+    env = {**os.environ, "STREAMDI_HOME": str(home), "STREAMDI_SPARK_REMOTE": "off"}
+    env.pop("DATABASE_URL", None)
+    load = [sys.executable, "-m", "streamdi.run.cli", "load", "--data", str(data), "--batch", "1"]
+    done = subprocess.run(load, cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"Batch1 did not load:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    settings = Settings(home=home, spark_remote="off")
+    ctx = JobContext(settings)
+    ctx.spark  # noqa: B018 - start the JVM before the clock
+    ctx.warehouse.ensure_objects(())  # and the embedded PostgreSQL server
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    started = time.perf_counter()
+    with OUT.open("w") as out:
+        for batch in range(2, batches + 1):
+            row = micro_batch(ctx, data, batch)
+            rows.append(row)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            if batch % 25 == 0 or batch == batches:
+                recent = statistics.median(r["seconds"] for r in rows[-25:])
+                print(
+                    f"micro-batch {batch}: {row['seconds']:.2f} s (median of the last 25: {recent:.2f} s), "
+                    f"{time.perf_counter() - started:.0f} s so far",
+                    flush=True,
+                )
+    keys = ["seconds", "stage", "transform", "migrate", "T0", "T1", "T2", "T3", "T4", "AG", "DM"]
+    early = medians([r for r in rows if r["batch"] in EARLY], keys)
+    late = medians(rows[-10:], keys)
+    last = rows[-1]["batch"]
+    print(f"\nSF {sf:g}, {len(rows)} incremental micro-batches, one TPC-DI batch each (medians, seconds)")
+    print(f"{'':<12} {'3-12':>8} {f'{last - 9}-{last}':>10} {'ratio':>7}")
+    for key in keys:
+        ratio = late[key] / early[key] if early[key] else float("nan")
+        print(f"{key:<12} {early[key]:8.3f} {late[key]:10.3f} {ratio:7.2f}")
+    ratio = late["seconds"] / early["seconds"]
+    verdict = "within" if ratio <= GOAL else "above"
+    print(f"\nmicro-batch {last} against micro-batch 5: {ratio:.2f}x, {verdict} issue 25's {GOAL}x")
+
+
+if __name__ == "__main__":
+    app()
