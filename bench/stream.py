@@ -21,7 +21,8 @@ bench/out/stream.json.
 Resources (a soak when the feed is long): every 5 s the service's memory (resident, with its Spark JVM and other
 children), its open files and the lake's size on disk; printed for the first and the last tenth of the feed (flat
 when alike) and written to bench/out/stream_resources.json. Lake maintenance follows the environment
-(`STREAMDI_CHECKPOINT_EVERY`, `STREAMDI_VACUUM_RETENTION_HOURS`): e.g. 10 and 0 vacuum within a 30-minute run.
+(`STREAMDI_CHECKPOINT_EVERY`, default 10, and `STREAMDI_VACUUM_RETENTION_HOURS`): retention 0 vacuums within a
+30-minute run.
 """
 
 from __future__ import annotations
