@@ -1,9 +1,9 @@
 """DimAccount (part of step T2, CreateAccounts): its change records and its versions, cut at the customer versions.
 
-Pure Spark transforms (DataFrames in, DataFrames out); the T2 step (`jobs.create_accounts`) reads the staged
-records, decides which accounts to rebuild and commits. The change records follow the contract of DimCustomer's
-(`jobs.customers`: declared order, file position, micro-batch), and the versions are cut at the DimCustomer
-versions that `jobs.customers.customer_versions` builds.
+Pure Arrow transforms on tables in the driver (as `jobs.customers`); the T2 step (`jobs.create_accounts`) reads
+the staged records, decides which accounts to rebuild and commits. The change records follow the contract of
+DimCustomer's (`jobs.customers`: declared order, file position, micro-batch), and the versions are cut at the
+DimCustomer versions that `jobs.customers.customer_versions` builds.
 
 Implements TPC-DI 1.1.0 clause 4.5 for DimAccount, historical (CustomerMgmt.xml, Batch1) and incremental
 (Account.txt, Batch2..).
@@ -31,11 +31,14 @@ T2 step keeps such an account out (see `jobs.create_accounts`).
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from jobs.customers import ACTIVE, FILE, INACTIVE, MICRO, ORDER, SEQ, first_problem
-from jobs.scd2 import BATCH, END_OF_TIME, TS, build_versions, present_flag, surrogate_key
+from jobs.arrow_ops import column, sort
+from jobs.customers import ACTIVE, FILE, INACTIVE, MICRO, ORDER, SEQ, STRING, first_problem, present
+from jobs.scd2 import BATCH, END_OF_TIME, TS, present_flag
+from jobs.scd2_arrow import build_versions, midnight, surrogate_keys
 
 # Account change-record fields: (field, CustomerMgmt.xml column, Account.txt column).
 ACCOUNT_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -47,148 +50,166 @@ ACCOUNT_VALUES = ("customerid", "st_id", *(f for f, _, _ in ACCOUNT_FIELDS))
 ACCOUNT_ACTIONS = ("NEW", "ADDACCT", "UPDACCT", "CLOSEACCT")
 
 
-def _present(name: str) -> Column:
-    return F.array_contains(F.split(F.col("present_fields"), ","), name)
-
-
-def account_changes(actions: DataFrame, lines: DataFrame) -> DataFrame:
+def account_changes(actions: pa.Table, lines: pa.Table) -> pa.Table:
     """One change record per account action (NEW with an account, ADDACCT, UPDACCT, CLOSEACCT) of `actions`
     and per line of `lines` (staged Account.txt rows with their `batchdate`): `accountid`, the order columns,
     `_micro`, the `ACCOUNT_VALUES` and their `_has_` flags."""
-    kind = F.col("action_type")
-    xml = actions.where(kind.isin(*ACCOUNT_ACTIONS) & F.col("ca_id").isNotNull())
-    carried = {
-        f: F.when(kind.isin("NEW", "ADDACCT"), F.lit(True)).when(kind == "UPDACCT", _present(x)).otherwise(F.lit(False))
-        for f, x, _ in ACCOUNT_FIELDS
+    kinds = pc.is_in(actions["action_type"], value_set=pa.array(ACCOUNT_ACTIONS, STRING))
+    xml = actions.filter(pc.and_(kinds, pc.is_valid(actions["ca_id"])))
+    kind = column(xml, "action_type")
+    whole = pc.is_in(kind, value_set=pa.array(["NEW", "ADDACCT"], STRING))
+    upd = pc.equal(kind, "UPDACCT")
+    n, m = xml.num_rows, lines.num_rows
+    yes = pa.array(np.ones(n, bool))
+    from_xml = {
+        "accountid": column(xml, "ca_id"),
+        BATCH: column(xml, "source_batch"),
+        TS: column(xml, "action_ts"),
+        SEQ: column(xml, "action_seq"),
+        FILE: column(xml, "source_file"),
+        MICRO: column(xml, "batch_id"),
+        "customerid": column(xml, "c_id"),
+        present_flag("customerid"): yes,
+        "st_id": pc.if_else(pc.equal(kind, "CLOSEACCT"), INACTIVE, ACTIVE).cast(STRING),
+        present_flag("st_id"): yes,
+        **{f: column(xml, x) for f, x, _ in ACCOUNT_FIELDS},
+        **{
+            present_flag(f): pc.if_else(whole, True, pc.if_else(upd, present(column(xml, "present_fields"), x), False))
+            for f, x, _ in ACCOUNT_FIELDS
+        },
     }
-    from_xml = xml.select(
-        F.col("ca_id").alias("accountid"),
-        F.col("source_batch").alias(BATCH),
-        F.col("action_ts").alias(TS),
-        F.col("action_seq").alias(SEQ),
-        F.col("source_file").alias(FILE),
-        F.col("batch_id").alias(MICRO),
-        F.col("c_id").alias("customerid"),
-        F.lit(True).alias(present_flag("customerid")),
-        F.when(kind == "CLOSEACCT", F.lit(INACTIVE)).otherwise(F.lit(ACTIVE)).alias("st_id"),
-        F.lit(True).alias(present_flag("st_id")),
-        *[F.col(x).alias(f) for f, x, _ in ACCOUNT_FIELDS],
-        *[carried[f].alias(present_flag(f)) for f, _, _ in ACCOUNT_FIELDS],
-    )
-    from_lines = lines.select(
-        F.col("ca_id").alias("accountid"),
-        F.col("source_batch").alias(BATCH),
-        F.col("batchdate").cast("timestamp").alias(TS),
-        F.col("cdc_dsn").alias(SEQ),
-        F.col("source_file").alias(FILE),
-        F.col("batch_id").alias(MICRO),
-        F.col("ca_c_id").alias("customerid"),
-        F.lit(True).alias(present_flag("customerid")),
-        F.col("ca_st_id").alias("st_id"),
-        F.lit(True).alias(present_flag("st_id")),
-        *[F.col(c).alias(f) for f, _, c in ACCOUNT_FIELDS],
-        *[F.lit(True).alias(present_flag(f)) for f, _, _ in ACCOUNT_FIELDS],
-    )
-    return from_xml.unionByName(from_lines)
+    every = pa.array(np.ones(m, bool))
+    from_lines = {
+        "accountid": column(lines, "ca_id"),
+        BATCH: column(lines, "source_batch"),
+        TS: midnight(column(lines, "batchdate")),
+        SEQ: column(lines, "cdc_dsn"),
+        FILE: column(lines, "source_file"),
+        MICRO: column(lines, "batch_id"),
+        "customerid": column(lines, "ca_c_id"),
+        present_flag("customerid"): every,
+        "st_id": column(lines, "ca_st_id"),
+        present_flag("st_id"): every,
+        **{f: column(lines, c) for f, _, c in ACCOUNT_FIELDS},
+        **{present_flag(f): every for f, _, _ in ACCOUNT_FIELDS},
+    }
+    first = pa.table(from_xml)
+    return pa.concat_tables([first, pa.table(from_lines).select(first.column_names).cast(first.schema)])
 
 
 # ------------------------------------------------------------------------------------------ versions
-def account_versions(
-    changes: DataFrame, customers: DataFrame, brokers: DataFrame, status_types: DataFrame
-) -> DataFrame:
+def _overlapping(accounts: pa.Table, customers: pa.Table) -> pa.Table:
+    """Every (account version, customer version) pair of the same customer whose periods overlap: the account
+    version's row number `_row` and the customer version's columns."""
+    pairs = accounts.select(["_row", "customerid", "_a_eff", "_a_end"]).join(
+        customers, "customerid", "_c_id", join_type="inner"
+    )
+    overlap = pc.and_(pc.less(pairs["_c_eff"], pairs["_a_end"]), pc.less(pairs["_a_eff"], pairs["_c_end"]))
+    return pairs.filter(overlap)
+
+
+def _dated(values: pa.Array, days: pa.Array) -> list[str]:
+    """`value on yyyy-mm-dd` texts of the problem messages (Spark's `%s` of a NULL is `null`)."""
+    shown = pc.fill_null(values.cast(STRING), "null").to_pylist()
+    return [f"{v} on {d}" for v, d in zip(shown, days.cast(STRING).to_pylist(), strict=True)]
+
+
+def account_versions(changes: pa.Table, customers: pa.Table, brokers: pa.Table, status_types: pa.Table) -> pa.Table:
     """DimAccount versions of every account in `changes`: the account-record versions cut at the versions of
     their customer (`customers`: loadable DimCustomer versions with `st_id`), with `sk_brokerid` from
     `brokers` (DimBroker) and the status name from `status_types`; plus `customerid`, `brokerid` and
     `_problem` (why the version cannot be loaded; NULL when it can)."""
-    base = build_versions(changes, ["accountid"], ORDER, ACCOUNT_VALUES).select(
-        "accountid",
-        "customerid",
-        "brokerid",
-        "accountdesc",
-        "taxstatus",
-        F.col("st_id").alias("_a_st"),
-        F.col("effectivedate").alias("_a_eff"),
-        F.col("enddate").alias("_a_end"),
-        F.col("batchid").alias("_a_batch"),
+    base = build_versions(changes, "accountid", ORDER, ACCOUNT_VALUES)
+    base = pa.table(
+        {
+            "_row": pa.array(np.arange(base.num_rows), pa.int64()),
+            "accountid": base["accountid"],
+            "customerid": base["customerid"],
+            "brokerid": base["brokerid"],
+            "accountdesc": base["accountdesc"],
+            "taxstatus": base["taxstatus"],
+            "_a_st": base["st_id"],
+            "_a_eff": base["effectivedate"],
+            "_a_end": base["enddate"],
+            "_a_batch": base["batchid"],
+        }
     )
-    cust = customers.select(
-        F.col("customerid").alias("_c_id"),
-        F.col("sk_customerid"),
-        F.col("st_id").alias("_c_st"),
-        F.col("effectivedate").alias("_c_eff"),
-        F.col("enddate").alias("_c_end"),
-        F.col("batchid").alias("_c_batch"),
+    cust = pa.table(
+        {
+            "_c_id": customers["customerid"],
+            "sk_customerid": customers["sk_customerid"],
+            "_c_st": customers["st_id"],
+            "_c_eff": customers["effectivedate"],
+            "_c_end": customers["enddate"],
+            "_c_batch": customers["batchid"],
+        }
     )
     # The customer version valid when the account version starts: customer versions run without gaps to the
     # end of time, so the account version is wholly covered exactly when this one exists.
-    same = F.col("customerid") == F.col("_c_id")
-    starts = base.join(
-        cust.select("_c_id", F.col("_c_eff").alias("_s_eff"), F.col("_c_end").alias("_s_end")),
-        same & (F.col("_s_eff") <= F.col("_a_eff")) & (F.col("_a_eff") < F.col("_s_end")),
-        "left",
-    ).select(*base.columns, F.col("_c_id").isNotNull().alias("_covered"))
-    pieces = starts.join(cust, same & (F.col("_c_eff") < F.col("_a_end")) & (F.col("_a_eff") < F.col("_c_end")), "left")
-    eff = F.when(F.col("_c_eff").isNull(), F.col("_a_eff")).otherwise(F.greatest("_a_eff", "_c_eff"))
-    end = F.when(F.col("_c_end").isNull(), F.col("_a_end")).otherwise(F.least("_a_end", "_c_end"))
-    started_by = (
-        F.when(F.col("_c_eff").isNull() | (F.col("_a_eff") > F.col("_c_eff")), F.col("_a_batch"))
-        .when(F.col("_c_eff") > F.col("_a_eff"), F.col("_c_batch"))
-        .otherwise(F.greatest("_a_batch", "_c_batch"))
+    pairs = _overlapping(base, cust)
+    starts = pairs.filter(pc.less_equal(pairs["_c_eff"], pairs["_a_eff"])) if pairs.num_rows else pairs
+    covered = pc.is_in(base["_row"], value_set=starts["_row"].combine_chunks())
+    base = base.append_column("_covered", covered)
+    # each account version cut at the customer versions it overlaps; one piece without a customer when none does
+    alone = base.filter(pc.invert(pc.is_in(base["_row"], value_set=pairs["_row"].combine_chunks())))
+    joined = pairs.select(["_row", *cust.column_names[1:]]).join(base, "_row", join_type="inner")
+    pieces = pa.concat_tables([joined, alone], promote_options="default")
+    pieces = sort(pieces, ["accountid", "_a_eff", "_c_eff"])
+    a_eff, a_end, c_eff, c_end = (column(pieces, c) for c in ("_a_eff", "_a_end", "_c_eff", "_c_end"))
+    eff = pc.if_else(pc.is_null(c_eff), a_eff, pc.max_element_wise(a_eff, c_eff))
+    end = pc.if_else(pc.is_null(c_end), a_end, pc.min_element_wise(a_end, c_end))
+    a_batch, c_batch = column(pieces, "_a_batch"), column(pieces, "_c_batch")
+    started_by = pc.if_else(
+        pc.or_(pc.is_null(c_eff), pc.fill_null(pc.greater(a_eff, c_eff), False)),
+        a_batch,
+        pc.if_else(pc.greater(c_eff, a_eff), c_batch, pc.max_element_wise(a_batch, c_batch)),
     )
-    st_code = F.when(F.col("_c_st") == INACTIVE, F.lit(INACTIVE)).otherwise(F.col("_a_st"))
-    cut = pieces.select(
-        "accountid",
-        "customerid",
-        "brokerid",
-        "accountdesc",
-        "taxstatus",
-        "sk_customerid",
-        "_covered",
-        st_code.alias("st_id"),
-        eff.alias("effectivedate"),
-        end.alias("enddate"),
-        started_by.alias("batchid"),
+    st_code = pc.if_else(
+        pc.fill_null(pc.equal(column(pieces, "_c_st"), INACTIVE), False), INACTIVE, column(pieces, "_a_st")
     )
-    b = brokers.select(
-        F.col("brokerid").alias("_b_id"),
-        "sk_brokerid",
-        F.col("effectivedate").alias("_b_eff"),
-        F.col("enddate").alias("_b_end"),
-    )
-    with_broker = cut.join(
-        F.broadcast(b),
-        (F.col("brokerid") == F.col("_b_id"))
-        & (F.col("_b_eff") <= F.col("effectivedate"))
-        & (F.col("effectivedate") < F.col("_b_end")),
-        "left",
-    )
-    names = F.broadcast(status_types.select("st_id", F.col("st_name").alias("status")))
-    v = with_broker.join(names, "st_id", "left")
-    day = F.date_format("effectivedate", "yyyy-MM-dd")
+    sk_broker = _broker_keys(column(pieces, "brokerid"), eff, brokers)
+    status = column(status_types, "st_name").take(pc.index_in(st_code, value_set=column(status_types, "st_id")))
+    sk_customer = column(pieces, "sk_customerid")
+    no_customer = pc.or_(pc.invert(column(pieces, "_covered")), pc.is_null(sk_customer))
     problem = first_problem(
+        pieces.num_rows,
+        (no_customer, [f"no DimCustomer version of C_ID = {t}" for t in _dated(column(pieces, "customerid"), eff)]),
         (
-            ~F.col("_covered") | F.col("sk_customerid").isNull(),
-            F.format_string("no DimCustomer version of C_ID = %s on %s", F.col("customerid").cast("string"), day),
+            pc.is_null(sk_broker),
+            [f"no DimBroker row of CA_B_ID = {t}" for t in _dated(column(pieces, "brokerid"), eff)],
         ),
-        (
-            F.col("sk_brokerid").isNull(),
-            F.format_string("no DimBroker row of CA_B_ID = %s on %s", F.col("brokerid").cast("string"), day),
-        ),
-        (F.col("status").isNull(), F.format_string("unknown status code '%s'", F.coalesce(F.col("st_id"), F.lit("")))),
+        (pc.is_null(status), [f"unknown status code '{c}'" for c in pc.fill_null(st_code, "").to_pylist()]),
     )
-    return v.select(
-        surrogate_key("accountid", "effectivedate").alias("sk_accountid"),
-        "accountid",
-        "sk_brokerid",
-        "sk_customerid",
-        "accountdesc",
-        "taxstatus",
-        "status",
-        (F.col("enddate") == F.lit(END_OF_TIME)).alias("iscurrent"),
-        "batchid",
-        "effectivedate",
-        "enddate",
-        "customerid",
-        "brokerid",
-        problem.alias("_problem"),
+    return pa.table(
+        {
+            "sk_accountid": surrogate_keys(column(pieces, "accountid"), eff),
+            "accountid": column(pieces, "accountid"),
+            "sk_brokerid": sk_broker,
+            "sk_customerid": sk_customer,
+            "accountdesc": column(pieces, "accountdesc"),
+            "taxstatus": column(pieces, "taxstatus"),
+            "status": status,
+            "iscurrent": pc.equal(end, pa.scalar(END_OF_TIME, pa.date32())),
+            "batchid": started_by,
+            "effectivedate": eff,
+            "enddate": end,
+            "customerid": column(pieces, "customerid"),
+            "brokerid": column(pieces, "brokerid"),
+            "_problem": problem,
+        }
     )
+
+
+def _broker_keys(broker_ids: pa.Array, days: pa.Array, brokers: pa.Table) -> pa.Array:
+    """`sk_brokerid` of the DimBroker row of each broker id valid on each day (NULL when there is none)."""
+    n = len(broker_ids)
+    if n == 0 or brokers.num_rows == 0:
+        return pa.nulls(n, pa.int64())
+    asked = pa.table({"_i": pa.array(np.arange(n), pa.int64()), "brokerid": broker_ids, "_day": days})
+    rows = brokers.select(["brokerid", "sk_brokerid", "effectivedate", "enddate"])
+    pairs = asked.join(rows, "brokerid", join_type="inner")
+    valid = pc.and_(pc.less_equal(pairs["effectivedate"], pairs["_day"]), pc.less(pairs["_day"], pairs["enddate"]))
+    found = pairs.filter(valid)
+    keys = np.full(n, -1, np.int64)
+    keys[np.asarray(found["_i"], dtype=np.int64)] = np.asarray(found["sk_brokerid"], dtype=np.int64)
+    return pa.array(keys, pa.int64(), mask=keys < 0)

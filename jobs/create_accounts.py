@@ -32,40 +32,34 @@ files and dates no batch costs nothing (no Spark job).
 
 Commits: DimCustomer, DimAccount, DImessages, one MERGE each with app transaction `T2/<table>`, version =
 micro-batch, skipped when already recorded, and made even when empty so that a rerun of a committed
-micro-batch returns at once. Spark work: the touched accounts' records, the customer versions and the account
-versions are materialized with `localCheckpoint` (this cuts the plans: planning and code generation of the
-shared parts, not the data, dominate at TPC-DI sizes), then one action collects all three tables' changes.
-A lost executor loses local checkpoints and fails the step, which is then rerun. Once earlier micro-batches
-staged records, and unless a reference file touches every key, only the records of the keys to rebuild are read
-(`rebuilt_keys` finds the keys with delta-rs; `_records` hands their records to Spark as Arrow): a small
-micro-batch then runs no Spark job over every staged action.
+micro-batch returns at once. The work runs on Arrow tables in the driver, with no Spark job: T2's inputs are
+customers and accounts (thousands per scale factor, against millions of trades), and Spark's fixed cost of
+planning the SCD2 plans (3-5 s per micro-batch whatever its size) was most of a small micro-batch's time. Once
+earlier micro-batches staged records, and unless a reference file touches every key, only the records of the keys
+to rebuild are read (`rebuilt_keys` finds the keys from the staged key columns); otherwise every staged record is.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
 
 from jobs import prospect
 from jobs.accounts import ACCOUNT_ACTIONS, account_changes, account_versions
-from jobs.collect import collect_parts
-from jobs.customers import CUSTOMER_ACTIONS, MICRO, customer_alerts, customer_changes, customer_versions
+from jobs.arrow_ops import sort
+from jobs.customers import CUSTOMER_ACTIONS, MICRO, STRING, customer_alerts, customer_changes, customer_versions
 from jobs.landing import CUSTOMER_MGMT_SOURCE, nondelimited_source_for_file, source_for_file
-from jobs.messages import ALERT, alerts
-from jobs.scd2 import BATCH, version_changes
+from jobs.messages import ALERT, ALERT_COLUMNS, alert_table, dated_messages
+from jobs.scd2 import BATCH
+from jobs.scd2_arrow import has_problem, loadable, version_changes
 from jobs.scope import BatchScope
 from schemas import sources as src
 from schemas import warehouse as wh
-from schemas.model import Table
 from schemas.staging import CUSTOMER_MGMT
 from streamdi.context import JobContext
-from streamdi.spark import literal_frame
 
 log = logging.getLogger(__name__)
 
@@ -74,47 +68,37 @@ NOT_LOADED = {"DimCustomer": "Customer not loaded", "DimAccount": "Account not l
 
 
 # ------------------------------------------------------------------------------------------ keys kept out
-def loadable(versions: DataFrame, natural: str) -> DataFrame:
-    """The versions of the keys none of whose versions has a `_problem`."""
-    bad = F.max(F.col("_problem").isNotNull()).over(Window.partitionBy(natural))
-    return versions.withColumn("_bad", bad).where(~F.col("_bad")).drop("_bad")
-
-
-def _not_loaded_key(natural: str, label: str) -> Column:
-    return F.concat(F.lit(f"{label}="), F.col(natural).cast("string"))
-
-
-def not_loaded_alerts(versions: DataFrame, *, source: str, natural: str, label: str) -> DataFrame:
+def not_loaded_alerts(versions: pa.Table, *, source: str, natural: str, label: str) -> pa.Table:
     """One Alert per key with a version that cannot be loaded: the earliest such version's reason."""
-    first = (
-        versions.where(F.col("_problem").isNotNull())
-        .groupBy(natural)
-        .agg(F.min_by(F.struct("batchid", "_problem"), F.col("effectivedate")).alias("_first"))
+    bad = sort(
+        versions.filter(has_problem(versions)).select([natural, "effectivedate", "batchid", "_problem"]),
+        [natural, "effectivedate"],
     )
-    return alerts(
-        first,
-        source=source,
-        text=NOT_LOADED[source],
-        when=F.lit(True),
-        data=F.concat(F.lit(f"{label} = "), F.col(natural).cast("string"), F.lit(": "), F.col("_first._problem")),
-        key=_not_loaded_key(natural, label),
-        batchid=F.col("_first.batchid"),
-    )
+    rows = []
+    seen = None
+    for r in bad.to_pylist():
+        if r[natural] != seen:
+            seen = r[natural]
+            rows.append((r["batchid"], f"{label} = {seen}: {r['_problem']}", f"{label}={seen}"))
+    return alert_table(source, NOT_LOADED[source], rows)
 
 
 def resolved_alerts(
-    existing: DataFrame, raised: DataFrame, touched: DataFrame, *, source: str, natural: str, label: str
-) -> DataFrame:
+    existing: pa.Table, raised: pa.Table, touched: pa.Array, *, source: str, natural: str, label: str
+) -> pa.Table:
     """Keys of the "not loaded" alerts of touched keys that are not raised again (the key loads now, or its
     alert moved to another batch): they are deleted, so a retry that succeeds leaves no trace of the wait."""
-    keys = touched.select(_not_loaded_key(natural, label).alias("messagekey"))
-    mine = (
-        (F.col("messagesource") == source)
-        & (F.col("messagetype") == ALERT)
-        & (F.col("messagetext") == NOT_LOADED[source])
+    keys = pa.array([f"{label}={k}" for k in touched.to_pylist()], STRING)
+    mine = pc.and_(
+        pc.and_(pc.equal(existing["messagesource"], source), pc.equal(existing["messagetype"], ALERT)),
+        pc.and_(
+            pc.equal(existing["messagetext"], NOT_LOADED[source]), pc.is_in(existing["messagekey"], value_set=keys)
+        ),
     )
-    old = existing.where(mine).join(keys, "messagekey", "left_semi").select(*wh.DI_MESSAGES.key)
-    return old.join(raised.select(*wh.DI_MESSAGES.key), list(wh.DI_MESSAGES.key), "left_anti")
+    key = list(wh.DI_MESSAGES.key)
+    old = existing.filter(mine).select(key)
+    again = raised.select(key)
+    return old.join(again, key, join_type="left anti").select(key)
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -154,13 +138,7 @@ def triggers(scope: BatchScope) -> Triggers:
     )
 
 
-def _table(ctx: JobContext, table: Table) -> DataFrame:
-    return ctx.lake.read_or_empty(table)
-
-
 RECORD_TABLES = (CUSTOMER_MGMT, src.CUSTOMER.staging, src.ACCOUNT.staging)
-# Above this many customers plus accounts to rebuild, Spark selects their records instead of the driver.
-DRIVER_KEYS = 100_000
 
 
 def rebuilt_keys(ctx: JobContext, scope: BatchScope, matched: pa.Array | None = None) -> tuple[pa.Array, pa.Array]:
@@ -208,47 +186,42 @@ def _unique(*columns: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.unique(pa.chunked_array(chunks, pa.int64()))
 
 
-def _records(
-    ctx: JobContext, scope: BatchScope, why: Triggers, matched: pa.Array
-) -> tuple[DataFrame, DataFrame, DataFrame]:
+def _records(ctx: JobContext, scope: BatchScope, why: Triggers, matched: pa.Array) -> tuple[pa.Table, ...]:
     """The staged CustomerMgmt actions, Customer.txt lines and Account.txt lines `run` reads (up to this
-    micro-batch). When earlier micro-batches staged records and no reference file touches every key, only the
-    records of the keys to rebuild (`rebuilt_keys`) are read, with delta-rs, and handed to Spark as Arrow: `run`
-    finds the same keys in them (each record it uses names a kept customer or account), and a small micro-batch
-    runs no Spark job over every staged record."""
+    micro-batch), with delta-rs. When earlier micro-batches staged records and no reference file touches every key,
+    only the records of the keys to rebuild (`rebuilt_keys`): `run` finds the same keys in them (each record it
+    uses names a kept customer or account), and a small micro-batch does not read every staged record."""
     everything = why.statuses or why.tax_rates or why.brokers
+    kept = dict.fromkeys(RECORD_TABLES, pc.scalar(True))
     if not everything and scope.staged_before(ctx, RECORD_TABLES):
         customers, accounts = rebuilt_keys(ctx, scope, matched)
-        if len(customers) + len(accounts) <= DRIVER_KEYS:
-            kept = {
-                CUSTOMER_MGMT: pc.field("c_id").isin(customers) | pc.field("ca_id").isin(accounts),
-                src.CUSTOMER.staging: pc.field("c_id").isin(customers),
-                src.ACCOUNT.staging: pc.field("ca_id").isin(accounts),
-            }
-            return tuple(ctx.lake.to_frame(t, scope.staged_where(ctx, t, c)) for t, c in kept.items())
-    return tuple(_staged(ctx, scope, t) for t in RECORD_TABLES)
+        kept = {
+            CUSTOMER_MGMT: pc.field("c_id").isin(customers) | pc.field("ca_id").isin(accounts),
+            src.CUSTOMER.staging: pc.field("c_id").isin(customers),
+            src.ACCOUNT.staging: pc.field("ca_id").isin(accounts),
+        }
+    return tuple(scope.staged_where(ctx, t, c) for t, c in kept.items())
 
 
-def _staged(ctx: JobContext, scope: BatchScope, table: Table) -> DataFrame:
-    staged = scope.staged(ctx, table, upto=True)
-    return staged if staged is not None else ctx.lake.empty(table)
+def with_dates(scope: BatchScope, records: pa.Table) -> pa.Table:
+    """The records of the TPC-DI batches whose BatchDate is known, with it as `batchdate`."""
+    batches = sorted(scope.batch_dates)
+    known = pa.array(batches, pa.int32())
+    dated = records.filter(pc.is_in(records["source_batch"], value_set=known))
+    dates = pa.array([scope.batch_dates[b] for b in batches], pa.date32())
+    return dated.append_column("batchdate", dates.take(pc.index_in(dated["source_batch"], value_set=known)))
 
 
-def _in_scope(scope: BatchScope, micro: str = "batch_id", batch: str = "source_batch") -> Column:
+def _new(scope: BatchScope, micro: pa.ChunkedArray, batch: pa.ChunkedArray) -> pa.ChunkedArray:
     """Records that are new to the warehouse in this micro-batch: staged by it, or of a newly dated batch."""
-    this = F.col(micro) == F.lit(scope.batch_id)
-    if scope.newly_dated:
-        return this | F.col(batch).isin(*scope.newly_dated)
-    return this
+    this = pc.equal(micro, scope.batch_id)
+    return pc.or_(this, pc.is_in(batch, value_set=pa.array(scope.newly_dated, pa.int32())))
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the touched customers and accounts from all their staged records and commit DimCustomer,
     DimAccount and the alerts (one commit each, skipped when already recorded for this micro-batch), then the
-    Prospect table (`jobs.prospect.run`, which needs this micro-batch's DimCustomer).
-
-    Spark actions: one per version set (customers, accounts) and one that collects the three tables' changes
-    (`collect_changes`)."""
+    Prospect table (`jobs.prospect.run`, which needs this micro-batch's DimCustomer)."""
     why = triggers(scope)
     if not why.any:
         return {}
@@ -257,84 +230,76 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     return rows
 
 
+def _ids(*columns: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The distinct non-NULL ids of the (int64) columns together."""
+    return pc.drop_null(_unique(*columns))
+
+
 def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -> dict[str, int]:
     todo = [t for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES) if not scope.committed(ctx, STEP, t)]
     if not todo:
         return {}
     matched = prospect.customers_matching_new_lines(ctx, scope)
-    if why == Triggers(False, True, False, False, False, False) and len(matched) == 0:
-        # only Prospect lines that match no customer version: no customer or account is touched, hence no version,
-        # alert or resolution (the Spark plans below would all be empty); the commits record the micro-batch
-        for table in todo:
-            empty = table.arrow_schema().empty_table()
-            ctx.lake.upsert(table, empty, app_id=scope.app_id(STEP, table), version=scope.batch_id)
-        return {table.name: 0 for table in todo}
-    dates = F.broadcast(scope.dates_frame(ctx))
     actions, customer_staged, account_staged = _records(ctx, scope, why, matched)
-    customer_lines = customer_staged.join(dates, "source_batch")
-    account_lines = account_staged.join(dates, "source_batch")
+    customer_lines = with_dates(scope, customer_staged)
     cust_changes = customer_changes(actions, customer_lines)
-    acct_changes = account_changes(actions, account_lines)
+    acct_changes = account_changes(actions, with_dates(scope, account_staged))
 
-    # Touched keys. Incremental lines are in play once dated (the joins above drop the others).
-    in_scope = _in_scope(scope, MICRO, BATCH)
+    # Touched keys. Incremental lines are in play once dated (`with_dates` drops the others).
     if why.statuses or why.tax_rates:
-        touched_customers = cust_changes.select("customerid").distinct()
+        touched_customers = _ids(cust_changes["customerid"])
     else:
-        touched_customers = cust_changes.where(in_scope).select("customerid")
-        if len(matched):  # customers whose demographics may change: a new prospect line matches them
-            ids = literal_frame(ctx.spark, [(i,) for i in matched.to_pylist()], "customerid bigint")
-            touched_customers = touched_customers.unionByName(ids)
-        touched_customers = touched_customers.distinct()
+        new = _new(scope, cust_changes[MICRO], cust_changes[BATCH])
+        touched_customers = _ids(cust_changes.filter(new)["customerid"], matched)
     if why.statuses or why.brokers:
-        touched_accounts = acct_changes.select("accountid").distinct()
+        touched_accounts = _ids(acct_changes["accountid"])
     else:
-        own = acct_changes.where(in_scope).select("accountid")
-        of_customers = acct_changes.join(touched_customers, "customerid", "left_semi").select("accountid")
-        touched_accounts = own.unionByName(of_customers).distinct()
-    account_records = acct_changes.join(touched_accounts, "accountid", "left_semi").localCheckpoint()
+        own = acct_changes.filter(_new(scope, acct_changes[MICRO], acct_changes[BATCH]))["accountid"]
+        of_customers = acct_changes.filter(pc.is_in(acct_changes["customerid"], value_set=touched_customers))
+        touched_accounts = _ids(own, of_customers["accountid"])
+    account_records = acct_changes.filter(pc.is_in(acct_changes["accountid"], value_set=touched_accounts))
     # the customers to rebuild: the touched ones and those the touched accounts need (equal rows stay alone)
-    customers_needed = touched_customers.unionByName(account_records.select("customerid")).distinct()
+    customers_needed = _ids(touched_customers, account_records["customerid"])
 
-    # Versions are materialized (local checkpoints): the plans that use them stay small, so Spark plans and
-    # generates code for each part once instead of once per use.
-    status_types = _table(ctx, wh.STATUS_TYPE)
+    status_types = ctx.lake.read_if_exists(wh.STATUS_TYPE)
     cv = customer_versions(
-        cust_changes.join(customers_needed, "customerid", "left_semi"), status_types, _table(ctx, wh.TAX_RATE)
-    ).localCheckpoint()
-    customers = loadable(cv, "customerid")
-    av = account_versions(account_records, customers, _table(ctx, wh.DIM_BROKER), status_types).localCheckpoint()
-    accounts = loadable(av, "accountid")
+        cust_changes.filter(pc.is_in(cust_changes["customerid"], value_set=customers_needed)),
+        status_types,
+        ctx.lake.read_if_exists(wh.TAX_RATE),
+    )
+    av = account_versions(
+        account_records, loadable(cv, "customerid"), ctx.lake.read_if_exists(wh.DIM_BROKER), status_types
+    )
     # every rebuilt key has change records, hence versions: the rebuilt keys are the keys of the versions
-    customer_keys = cv.select("customerid").distinct()
-    account_keys = av.select("accountid").distinct()
+    customer_keys = _ids(cv["customerid"])
+    account_keys = _ids(av["accountid"])
 
-    raised = reduce(
-        DataFrame.unionByName,
-        (
+    alerted = with_dates(scope, actions)
+    raised = pa.concat_tables(
+        [
             customer_alerts(
-                actions.join(dates, "source_batch").where(_in_scope(scope)), customer_lines.where(_in_scope(scope))
+                alerted.filter(_new(scope, alerted["batch_id"], alerted["source_batch"])),
+                customer_lines.filter(_new(scope, customer_lines["batch_id"], customer_lines["source_batch"])),
             ),
             not_loaded_alerts(cv, source="DimCustomer", natural="customerid", label="C_ID"),
             not_loaded_alerts(av, source="DimAccount", natural="accountid", label="CA_ID"),
-        ),
+        ]
     )
-    existing = _table(ctx, wh.DI_MESSAGES)
-    resolved = resolved_alerts(
-        existing, raised, customer_keys, source="DimCustomer", natural="customerid", label="C_ID"
-    ).unionByName(
-        resolved_alerts(existing, raised, account_keys, source="DimAccount", natural="accountid", label="CA_ID")
-    )
-    changes = {
-        wh.DIM_CUSTOMER: lambda: _table_changes(ctx, wh.DIM_CUSTOMER, customers, "customerid", customer_keys),
-        wh.DIM_ACCOUNT: lambda: _table_changes(ctx, wh.DIM_ACCOUNT, accounts, "accountid", account_keys),
-        wh.DI_MESSAGES: lambda: _message_changes(ctx, scope, raised, resolved),
-    }
-    collected = collect_changes({t: changes[t]() for t in todo})
     rows: dict[str, int] = {}
-    for table, (new, gone) in collected.items():
-        if table is wh.DIM_CUSTOMER:
-            new = prospect.rebuilt_demographics(ctx, scope, new)
+    for table in todo:
+        if table is wh.DI_MESSAGES:
+            new, gone = _message_changes(ctx, scope, raised, customer_keys, account_keys)
+        else:
+            natural, keys, versions = (
+                ("customerid", customer_keys, cv) if table is wh.DIM_CUSTOMER else ("accountid", account_keys, av)
+            )
+            current = ctx.lake.read_if_exists(table, [*table.key, natural], pc.field(natural).isin(keys))
+            new, sk = version_changes(
+                current, loadable(versions, natural), table.column_names, natural, table.key[0], keys
+            )
+            gone = pa.table({table.key[0]: sk})
+            if table is wh.DIM_CUSTOMER:
+                new = prospect.rebuilt_demographics(ctx, scope, ctx.lake.to_arrow(table, new))
         # committed even when empty, so that the app transaction records the micro-batch as done
         data = ctx.lake.to_arrow(table, new)
         ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
@@ -345,43 +310,24 @@ def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -
     return rows
 
 
-DELETE = "_delete"  # marks the key-only rows to delete
-
-
-def _table_changes(ctx: JobContext, table: Table, versions: DataFrame, natural: str, touched: DataFrame) -> DataFrame:
-    """The rows to upsert into `table` and (flagged `_delete`, key only) the keys to delete."""
-    upserts, deletes = version_changes(_table(ctx, table), versions, table, [natural], touched)
-    return upserts.withColumn(DELETE, F.lit(False)).unionByName(
-        deletes.withColumn(DELETE, F.lit(True)), allowMissingColumns=True
-    )
-
-
-def _message_changes(ctx: JobContext, scope: BatchScope, raised: DataFrame, resolved: DataFrame) -> DataFrame:
-    """As `jobs.messages.commit_messages` (the message time is the BatchDate of its batch), plus the keys of
-    the resolved alerts to delete in the same commit."""
-    dates = scope.dates_frame(ctx).select(
-        F.col("source_batch").alias("batchid"), F.col("batchdate").cast("timestamp").alias("messagedateandtime")
-    )
+def _message_changes(
+    ctx: JobContext, scope: BatchScope, raised: pa.Table, customer_keys: pa.Array, account_keys: pa.Array
+) -> tuple[pa.Table, pa.Table]:
+    """As `jobs.messages.commit_messages` (the message time is the BatchDate of its batch), plus the keys of the
+    "not loaded" alerts of rebuilt keys that are not raised again, to delete in the same commit."""
     key = list(wh.DI_MESSAGES.key)
-    values = [c for c in wh.DI_MESSAGES.column_names if c not in key]
+    texts = pa.array(sorted(NOT_LOADED.values()), STRING)
+    existing = ctx.lake.read_if_exists(
+        wh.DI_MESSAGES, [*key, "messagetext"], pc.field("messagetext").isin(texts) & (pc.field("messagetype") == ALERT)
+    )
+    resolved = pa.concat_tables(
+        [
+            resolved_alerts(existing, raised, customer_keys, source="DimCustomer", natural="customerid", label="C_ID"),
+            resolved_alerts(existing, raised, account_keys, source="DimAccount", natural="accountid", label="CA_ID"),
+        ]
+    )
     # a record delivered twice raises its alert twice: one row per message key (the rows are equal)
-    dated = (
-        raised.join(F.broadcast(dates), "batchid", "left")
-        .groupBy(*key)
-        .agg(*[F.min(c).alias(c) for c in values])
-        .select(*wh.DI_MESSAGES.column_names)
-    )
-    return dated.withColumn(DELETE, F.lit(False)).unionByName(
-        resolved.withColumn(DELETE, F.lit(True)), allowMissingColumns=True
-    )
-
-
-def collect_changes(parts: dict[Table, DataFrame]) -> dict[Table, tuple[pa.Table, pa.Table]]:
-    """Collect every table's changes with one Spark action; per table: (rows to upsert, keys to delete)."""
-    data = collect_parts({t.name: df for t, df in parts.items()})
-    out = {}
-    for table in parts:
-        mine = data[table.name]
-        gone = mine[DELETE].combine_chunks() if mine.num_rows else pa.array([], pa.bool_())
-        out[table] = (mine.filter(pc.invert(gone)), mine.filter(gone).select(list(table.key)))
-    return out
+    values = [c for c in ALERT_COLUMNS.names if c not in key]
+    unique = raised.group_by(key, use_threads=False).aggregate([(c, "min") for c in values])
+    unique = unique.rename_columns([c.removesuffix("_min") for c in unique.column_names]).select(ALERT_COLUMNS.names)
+    return dated_messages(scope, unique.cast(ALERT_COLUMNS)), resolved

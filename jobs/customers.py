@@ -1,6 +1,7 @@
 """DimCustomer (part of step T2, CreateAccounts): its change records, its versions and the customer alerts.
 
-Pure Spark transforms (DataFrames in, DataFrames out); the T2 step (`jobs.create_accounts`) reads the staged
+Pure Arrow transforms on tables in the driver (`jobs.scd2_arrow`: a micro-batch's customers are far too few to
+be worth Spark's planning); the T2 step (`jobs.create_accounts`) reads the staged
 records, decides which customers to rebuild and commits. DimAccount (`jobs.accounts`) uses the change-record
 contract declared here (`ORDER`, `SEQ`, `FILE`, `MICRO`, the status codes) and cuts its versions at the customer
 versions this module builds.
@@ -51,16 +52,18 @@ A customer that lacks a required field or has an unknown status code in some ver
 
 from __future__ import annotations
 
-from functools import reduce
+import datetime as dt
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs import prospect
-from jobs.messages import alerts
-from jobs.scd2 import BATCH, TS, build_versions, present_flag, surrogate_key
+from jobs.arrow_ops import column
+from jobs.messages import ALERT_COLUMNS, alert_table
+from jobs.scd2 import BATCH, TS, present_flag
+from jobs.scd2_arrow import build_versions, midnight, surrogate_keys
 from schemas import warehouse as wh
-from schemas.model import spark_type
 
 SEQ = "_seq"  # position in the file: action_seq (XML) or CDC_DSN (incremental)
 FILE = "_file"
@@ -91,202 +94,194 @@ PHONE_PARTS = ("ctry", "area", "local", "ext")
 CUSTOMER_VALUES = ("st_id", "gender", "phone1", "phone2", "phone3", *(f for f, _, _ in CUSTOMER_FIELDS))
 REQUIRED_CUSTOMER = ("taxid", "lastname", "firstname", "dob", "addressline1", "postalcode", "city", "stateprov")
 CUSTOMER_ACTIONS = ("NEW", "UPDCUST", "INACT")
+STRING = pa.large_string()
 
 
 # ------------------------------------------------------------------------------------------ field rules
-def phone_number(ctry: Column, area: Column, local: Column, ext: Column) -> Column:
-    """The TPC-DI phone format: `+ctry (area) local`, `(area) local` or `local`, then the extension."""
-    number = (
-        F.when(
-            ctry.isNotNull() & area.isNotNull() & local.isNotNull(),
-            F.concat(F.lit("+"), ctry, F.lit(" ("), area, F.lit(") "), local),
-        )
-        .when(area.isNotNull() & local.isNotNull(), F.concat(F.lit("("), area, F.lit(") "), local))
-        .when(local.isNotNull(), local)
+def _text(*parts: pa.Array | str) -> pa.Array:
+    """The parts joined; NULL where any part is NULL."""
+    return pc.binary_join_element_wise(
+        *[pa.scalar(p, STRING) if isinstance(p, str) else p for p in parts], pa.scalar("", STRING)
     )
-    return F.when(ext.isNotNull(), F.concat(number, ext)).otherwise(number)
 
 
-def gender(code: Column) -> Column:
-    """`M` or `F` (in any case) in upper case; anything else, NULL included, is `U`."""
-    upper = F.upper(F.trim(code))
-    return F.when(upper.isin("M", "F"), upper).otherwise(F.lit("U"))
+def phone_number(ctry: pa.Array, area: pa.Array, local: pa.Array, ext: pa.Array) -> pa.Array:
+    """The TPC-DI phone format: `+ctry (area) local`, `(area) local` or `local`, then the extension."""
+    full = pc.and_(pc.and_(pc.is_valid(ctry), pc.is_valid(area)), pc.is_valid(local))
+    local_area = pc.and_(pc.is_valid(area), pc.is_valid(local))
+    number = pc.if_else(
+        full,
+        _text("+", ctry, " (", area, ") ", local),
+        pc.if_else(local_area, _text("(", area, ") ", local), local),
+    )
+    return pc.if_else(pc.is_valid(ext), _text(number, ext), number)
+
+
+def gender(code: pa.Array) -> pa.Array:
+    """`M` or `F` (in any case, around spaces) in upper case; anything else, NULL included, is `U`."""
+    upper = pc.utf8_upper(pc.utf8_trim(code, " "))
+    return pc.if_else(pc.fill_null(pc.is_in(upper, value_set=pa.array(["M", "F"], STRING)), False), upper, "U")
+
+
+def present(present_fields: pa.Array, name: str) -> pa.Array:
+    """Per CustomerMgmt action: whether its comma-separated `present_fields` lists `name` (NULL when not known)."""
+    return pc.match_substring_regex(present_fields, f"(^|,){name}(,|$)")
+
+
+def _flag(values: pa.Array | bool, n: int) -> pa.Array:
+    return pa.array(np.full(n, values), pa.bool_()) if isinstance(values, bool) else values
 
 
 # ------------------------------------------------------------------------------------------ change records
-def _customer_values() -> list[tuple[str, Column, tuple[str, ...], Column]]:
-    """(field, value from a CustomerMgmt row, the XML fields that carry it, value from a Customer.txt row).
-
-    Gender and the phone numbers are derived per record; a phone (`C_PHONE_n`) is one unit: a record that
-    carries any of its parts replaces the whole number."""
-    out = [(f, F.col(x), (x,), F.col(c)) for f, x, c in CUSTOMER_FIELDS]
-    out.append(("gender", gender(F.col("c_gndr")), ("c_gndr",), gender(F.col("c_gndr"))))
-    for n in (1, 2, 3):
-        parts = tuple(f"c_{p}_{n}" for p in PHONE_PARTS)
-        number = phone_number(*(F.col(p) for p in parts))
-        out.append((f"phone{n}", number, parts, number))
-    return out
-
-
-def customer_changes(actions: DataFrame, lines: DataFrame) -> DataFrame:
+def customer_changes(actions: pa.Table, lines: pa.Table) -> pa.Table:
     """One change record per customer action (NEW/UPDCUST/INACT) of `actions` (staged CustomerMgmt rows) and
     per line of `lines` (staged Customer.txt rows with their `batchdate`), in the `build_versions` contract:
     `customerid`, `_batch`, `_ts`, `_seq`, `_file`, `_micro`, the `CUSTOMER_VALUES` and their `_has_` flags."""
-    kind = F.col("action_type")
-    fields = _customer_values()
-    xml = actions.where(kind.isin(*CUSTOMER_ACTIONS)).withColumn("_pf", F.split(F.col("present_fields"), ","))
+    xml = actions.filter(pc.is_in(actions["action_type"], value_set=pa.array(CUSTOMER_ACTIONS, STRING)))
+    kind = column(xml, "action_type")
+    new, upd = pc.equal(kind, "NEW"), pc.equal(kind, "UPDCUST")
+    fields = column(xml, "present_fields")
 
-    def carried(parts: tuple[str, ...]) -> Column:
-        updated = reduce(Column.__or__, [F.array_contains(F.col("_pf"), p) for p in parts])
-        return F.when(kind == "NEW", F.lit(True)).when(kind == "UPDCUST", updated).otherwise(F.lit(False))
+    def carried(parts: tuple[str, ...]) -> pa.Array:
+        updated = present(fields, parts[0])
+        for part in parts[1:]:
+            updated = pc.or_kleene(updated, present(fields, part))
+        return pc.if_else(new, True, pc.if_else(upd, updated, False))
 
-    from_xml = xml.select(
-        F.col("c_id").alias("customerid"),
-        F.col("source_batch").alias(BATCH),
-        F.col("action_ts").alias(TS),
-        F.col("action_seq").alias(SEQ),
-        F.col("source_file").alias(FILE),
-        F.col("batch_id").alias(MICRO),
-        F.when(kind == "INACT", F.lit(INACTIVE)).otherwise(F.lit(ACTIVE)).alias("st_id"),
-        F.lit(True).alias(present_flag("st_id")),
-        *[value.alias(f) for f, value, _, _ in fields],
-        *[carried(parts).alias(present_flag(f)) for f, _, parts, _ in fields],
-    )
-    from_lines = lines.select(
-        F.col("c_id").alias("customerid"),
-        F.col("source_batch").alias(BATCH),
-        F.col("batchdate").cast("timestamp").alias(TS),
-        F.col("cdc_dsn").alias(SEQ),
-        F.col("source_file").alias(FILE),
-        F.col("batch_id").alias(MICRO),
-        F.col("c_st_id").alias("st_id"),
-        F.lit(True).alias(present_flag("st_id")),
-        *[value.alias(f) for f, _, _, value in fields],
-        *[F.lit(True).alias(present_flag(f)) for f, _, _, _ in fields],
-    )
-    return from_xml.unionByName(from_lines)
+    def values(table: pa.Table, xml_side: bool) -> dict[str, pa.Array]:
+        out = {f: column(table, x if xml_side else c) for f, x, c in CUSTOMER_FIELDS}
+        out["gender"] = gender(column(table, "c_gndr"))
+        for n in (1, 2, 3):
+            out[f"phone{n}"] = phone_number(*(column(table, f"c_{p}_{n}") for p in PHONE_PARTS))
+        return out
+
+    status = pc.if_else(pc.equal(kind, "INACT"), INACTIVE, ACTIVE).cast(STRING)
+    from_xml = {
+        "customerid": column(xml, "c_id"),
+        BATCH: column(xml, "source_batch"),
+        TS: column(xml, "action_ts"),
+        SEQ: column(xml, "action_seq"),
+        FILE: column(xml, "source_file"),
+        MICRO: column(xml, "batch_id"),
+        "st_id": status,
+        **values(xml, True),
+    }
+    from_xml[present_flag("st_id")] = _flag(True, xml.num_rows)
+    xml_parts = {f: (x,) for f, x, _ in CUSTOMER_FIELDS} | {"gender": ("c_gndr",)}
+    xml_parts |= {f"phone{n}": tuple(f"c_{p}_{n}" for p in PHONE_PARTS) for n in (1, 2, 3)}
+    for f, parts in xml_parts.items():
+        from_xml[present_flag(f)] = carried(parts)
+    m = lines.num_rows
+    from_lines = {
+        "customerid": column(lines, "c_id"),
+        BATCH: column(lines, "source_batch"),
+        TS: midnight(column(lines, "batchdate")),
+        SEQ: column(lines, "cdc_dsn"),
+        FILE: column(lines, "source_file"),
+        MICRO: column(lines, "batch_id"),
+        "st_id": column(lines, "c_st_id"),
+        **values(lines, False),
+    }
+    for name in list(from_xml):
+        if name.startswith("_has_"):
+            from_lines[name] = _flag(True, m)
+    first = pa.table(from_xml)
+    return pa.concat_tables([first, pa.table(from_lines).select(first.column_names).cast(first.schema)])
 
 
 # ------------------------------------------------------------------------------------------ versions
-def first_problem(*checks: tuple[Column, Column]) -> Column:
-    """The first failing check's reason (each check is `(failed, reason)`), NULL when all pass."""
-    out = F.lit(None).cast("string")
-    for failed, reason in reversed(checks):
-        out = F.when(failed, reason).otherwise(out)
-    return out
+def first_problem(n: int, *checks: tuple[pa.Array, list[str] | str]) -> pa.Array:
+    """The first failing check's reason per row (each check is `(failed, reason)`, the reason one text or one per
+    row), NULL where all pass."""
+    out: list[str | None] = [None] * n
+    for failed, reason in checks:
+        for i in np.flatnonzero(np.asarray(pc.fill_null(failed, False), dtype=bool)):
+            if out[i] is None:
+                out[i] = reason if isinstance(reason, str) else reason[i]
+    return pa.array(out, STRING)
 
 
-def customer_versions(changes: DataFrame, status_types: DataFrame, tax_rates: DataFrame) -> DataFrame:
+def _lookup(keys: pa.Array, table: pa.Table, key: str, value: str) -> pa.Array:
+    """`table[value]` of the row whose `key` equals each of `keys` (NULL when there is none)."""
+    return column(table, value).take(pc.index_in(keys, value_set=column(table, key)))
+
+
+def customer_versions(changes: pa.Table, status_types: pa.Table, tax_rates: pa.Table) -> pa.Table:
     """DimCustomer versions of every customer in `changes`, plus `st_id` (the status code) and `_problem`
     (why the version cannot be loaded; NULL when it can)."""
-    raw = build_versions(changes, ["customerid"], ORDER, CUSTOMER_VALUES)
-    names = F.broadcast(status_types.select("st_id", F.col("st_name").alias("status")))
-    nat = F.broadcast(
-        tax_rates.select(
-            F.col("tx_id").alias("nat_tx_id"),
-            F.col("tx_name").alias("nationaltaxratedesc"),
-            F.col("tx_rate").alias("nationaltaxrate"),
-        )
-    )
-    lcl = F.broadcast(
-        tax_rates.select(
-            F.col("tx_id").alias("lcl_tx_id"),
-            F.col("tx_name").alias("localtaxratedesc"),
-            F.col("tx_rate").alias("localtaxrate"),
-        )
-    )
-    v = raw.join(names, "st_id", "left").join(nat, "nat_tx_id", "left").join(lcl, "lcl_tx_id", "left")
-    missing = [(F.col(c).isNull(), F.lit(f"missing {c}")) for c in REQUIRED_CUSTOMER]
+    v = build_versions(changes, "customerid", ORDER, CUSTOMER_VALUES)
+    n = v.num_rows
+    st_id = column(v, "st_id")
+    status = _lookup(st_id, status_types, "st_id", "st_name")
+    codes = pc.fill_null(st_id, "").to_pylist()
     problem = first_problem(
-        (F.col("status").isNull(), F.format_string("unknown status code '%s'", F.coalesce(F.col("st_id"), F.lit("")))),
-        *missing,
+        n,
+        (pc.is_null(status), [f"unknown status code '{c}'" for c in codes]),
+        *[(pc.is_null(v[c]), f"missing {c}") for c in REQUIRED_CUSTOMER],
     )
-    return v.select(
-        surrogate_key("customerid", "effectivedate").alias("sk_customerid"),
-        "customerid",
-        "taxid",
-        "status",
-        "lastname",
-        "firstname",
-        "middleinitial",
-        "gender",
-        "tier",
-        "dob",
-        "addressline1",
-        "addressline2",
-        "postalcode",
-        "city",
-        "stateprov",
-        "country",
-        "phone1",
-        "phone2",
-        "phone3",
-        "email1",
-        "email2",
-        "nationaltaxratedesc",
-        "nationaltaxrate",
-        "localtaxratedesc",
-        "localtaxrate",
-        # the demographics come from Prospect.csv lines, in the driver once the versions are collected
-        # (`jobs.prospect.with_demographics`)
-        *[F.lit(None).cast(spark_type(wh.DIM_CUSTOMER.column(c).type)).alias(c) for c in prospect.DEMOGRAPHICS],
-        "iscurrent",
-        "batchid",
-        "effectivedate",
-        "enddate",
-        "st_id",
-        problem.alias("_problem"),
-    )
+    schema = wh.DIM_CUSTOMER.arrow_schema()
+    out = {"sk_customerid": surrogate_keys(v["customerid"], v["effectivedate"])}
+    for name in schema.names[1:]:
+        if name == "status":
+            out[name] = status
+        elif name in ("nationaltaxratedesc", "localtaxratedesc", "nationaltaxrate", "localtaxrate"):
+            ids = column(v, "nat_tx_id" if name.startswith("national") else "lcl_tx_id")
+            out[name] = _lookup(ids, tax_rates, "tx_id", "tx_name" if name.endswith("desc") else "tx_rate")
+        elif name in prospect.DEMOGRAPHICS:
+            # from Prospect.csv lines, once the versions are collected (`jobs.prospect.with_demographics`)
+            out[name] = pa.nulls(n, schema.field(name).type)
+        else:
+            out[name] = column(v, name)
+    out["st_id"] = st_id
+    out["_problem"] = problem
+    return pa.table(out)
 
 
 # ------------------------------------------------------------------------------------------ alerts
-def _identity(label: str, position: str) -> Column:
-    """A source record's identity that no micro-batch split changes: customer id and file position."""
-    return F.concat(
-        F.lit("C_ID="), F.col("c_id").cast("string"), F.lit(f" {label}="), F.col(position).cast("string")
-    ).alias("_ident")
+def hundred_years_before(day: dt.date) -> dt.date:
+    """`day` 1,200 months earlier (29 February becomes the 28th when that year has none), as Spark's add_months."""
+    try:
+        return day.replace(year=day.year - 100)
+    except ValueError:
+        return day.replace(year=day.year - 100, day=28)
 
 
-def customer_alerts(actions: DataFrame, lines: DataFrame) -> DataFrame:
+def _suspects(records: pa.Table) -> list[dict]:
+    """The records that may raise an alert (a superset, checked exactly in Python): a tier other than 1, 2 or 3, or a
+    birth date after the BatchDate or more than 36,500 days (less than 100 years) before it."""
+    tier_bad = pc.invert(pc.fill_null(pc.is_in(records["c_tier"], value_set=pa.array([1, 2, 3], pa.int32())), False))
+    born = pc.cast(records["c_dob"], pa.int32())
+    dated = pc.cast(records["batchdate"], pa.int32())
+    dob_bad = pc.or_(pc.greater(born, dated), pc.less(born, pc.subtract(dated, 36_500)))
+    return records.filter(pc.or_(tier_bad, pc.fill_null(dob_bad, False))).to_pylist()
+
+
+def customer_alerts(actions: pa.Table, lines: pa.Table) -> pa.Table:
     """Tier and birth-date alerts of the records given: CustomerMgmt rows and Customer.txt rows, each with the
     `batchdate` of its TPC-DI batch. One alert per new-customer record (a NEW action or a Customer.txt line) whose
     tier is not 1, 2 or 3 (absent or empty included) or whose birth date is out of range (see module doc)."""
-    kind = F.col("action_type")
-    xml = actions.where(kind == "NEW").select(
-        F.col("c_id").alias("customerid"),
-        F.col("c_tier").alias("tier"),
-        F.col("c_dob").alias("dob"),
-        _identity("ACTION_SEQ", "action_seq"),
-        "source_batch",
-        "batchdate",
-    )
-    cdc = lines.select(
-        F.col("c_id").alias("customerid"),
-        F.col("c_tier").alias("tier"),
-        F.col("c_dob").alias("dob"),
-        _identity("CDC_DSN", "cdc_dsn"),
-        "source_batch",
-        "batchdate",
-    )
-    records = xml.unionByName(cdc)
-    cid = F.concat(F.lit("C_ID = "), F.col("customerid").cast("string"))
-    tier = alerts(
-        records,
-        source="DimCustomer",
-        text="Invalid customer tier",
-        when=F.col("tier").isNull() | ~F.col("tier").isin(1, 2, 3),
-        data=F.concat(cid, F.lit(", C_TIER = "), F.coalesce(F.col("tier").cast("string"), F.lit(""))),
-        key=F.concat(F.lit("tier "), F.col("_ident")),
-        batchid=F.col("source_batch"),
-    )
-    bd = F.col("batchdate")
-    dob = alerts(
-        records,
-        source="DimCustomer",
-        text="DOB out of range",
-        when=(F.col("dob") < F.add_months(bd, -1200)) | (F.col("dob") > bd),
-        data=F.concat(cid, F.lit(", C_DOB = "), F.date_format("dob", "yyyy-MM-dd")),
-        key=F.concat(F.lit("dob "), F.col("_ident")),
-        batchid=F.col("source_batch"),
-    )
-    return tier.unionByName(dob)
+    xml = actions.filter(pc.equal(actions["action_type"], "NEW"))
+    records = [
+        (row, f"ACTION_SEQ={row['action_seq']}")
+        for row in _suspects(xml.select(["c_id", "c_tier", "c_dob", "action_seq", "source_batch", "batchdate"]))
+    ] + [
+        (row, f"CDC_DSN={row['cdc_dsn']}")
+        for row in _suspects(lines.select(["c_id", "c_tier", "c_dob", "cdc_dsn", "source_batch", "batchdate"]))
+    ]
+    tier: list[tuple] = []
+    dob: list[tuple] = []
+    for row, position in records:
+        ident = f"C_ID={row['c_id']} {position}"
+        cid = f"C_ID = {row['c_id']}"
+        if row["c_tier"] not in (1, 2, 3):
+            shown = "" if row["c_tier"] is None else row["c_tier"]
+            tier.append((row["source_batch"], f"{cid}, C_TIER = {shown}", f"tier {ident}"))
+        born, dated = row["c_dob"], row["batchdate"]
+        if born is not None and dated is not None and (born < hundred_years_before(dated) or born > dated):
+            dob.append((row["source_batch"], f"{cid}, C_DOB = {born.isoformat()}", f"dob {ident}"))
+    return pa.concat_tables(
+        [
+            alert_table("DimCustomer", "Invalid customer tier", tier),
+            alert_table("DimCustomer", "DOB out of range", dob),
+        ]
+    ).cast(ALERT_COLUMNS)

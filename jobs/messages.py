@@ -193,6 +193,23 @@ def alerts(
     )
 
 
+def alert_table(source: str, text: str, rows: Sequence[tuple[int, str, str]]) -> pa.Table:
+    """`alerts` for rows built in Python: one Alert per `(batchid, messagedata, messagekey)`, in `ALERT_COLUMNS`."""
+    batch, data, key = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
+    n = len(batch)
+    return pa.table(
+        {
+            "batchid": pa.array(batch, pa.int32()),
+            "messagesource": pa.array([source] * n, pa.large_string()),
+            "messagetext": pa.array([text] * n, pa.large_string()),
+            "messagetype": pa.array([ALERT] * n, pa.large_string()),
+            "messagedata": pa.array(data, pa.large_string()),
+            "messagekey": pa.array(key, pa.large_string()),
+        },
+        schema=ALERT_COLUMNS,
+    )
+
+
 def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: DataFrame | pa.Table | None) -> int:
     """Upsert message rows (as built by `alerts`, or the same columns collected as Arrow) with the BatchDate of
     their batch as their time (`dated_messages`)."""
