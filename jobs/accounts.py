@@ -35,10 +35,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs import arrow_ops
 from jobs.arrow_ops import column, sort
 from jobs.customers import ACTIVE, FILE, INACTIVE, MICRO, ORDER, SEQ, STRING, first_problem, present
 from jobs.scd2 import BATCH, END_OF_TIME, TS, present_flag
 from jobs.scd2_arrow import build_versions, midnight, surrogate_keys
+from jobs.valid_at import take, valid_versions
 
 # Account change-record fields: (field, CustomerMgmt.xml column, Account.txt column).
 ACCOUNT_FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -202,14 +204,7 @@ def account_versions(changes: pa.Table, customers: pa.Table, brokers: pa.Table, 
 
 def _broker_keys(broker_ids: pa.Array, days: pa.Array, brokers: pa.Table) -> pa.Array:
     """`sk_brokerid` of the DimBroker row of each broker id valid on each day (NULL when there is none)."""
-    n = len(broker_ids)
-    if n == 0 or brokers.num_rows == 0:
-        return pa.nulls(n, pa.int64())
-    asked = pa.table({"_i": pa.array(np.arange(n), pa.int64()), "brokerid": broker_ids, "_day": days})
-    rows = brokers.select(["brokerid", "sk_brokerid", "effectivedate", "enddate"])
-    pairs = asked.join(rows, "brokerid", join_type="inner")
-    valid = pc.and_(pc.less_equal(pairs["effectivedate"], pairs["_day"]), pc.less(pairs["_day"], pairs["enddate"]))
-    found = pairs.filter(valid)
-    keys = np.full(n, -1, np.int64)
-    keys[np.asarray(found["_i"], dtype=np.int64)] = np.asarray(found["sk_brokerid"], dtype=np.int64)
-    return pa.array(keys, pa.int64(), mask=keys < 0)
+    rows = valid_versions(
+        broker_ids, arrow_ops.days(days), brokers["brokerid"], brokers["effectivedate"], brokers["enddate"]
+    )
+    return take(brokers["sk_brokerid"], rows)

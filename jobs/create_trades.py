@@ -12,8 +12,7 @@ then DImessages, then the holds table -- always, even when empty. The holds are 
 so they go last: a crash before their commit recomputes exactly the same result on rerun, and their recorded
 transaction marks T3 done for the micro-batch.
 
-Spark work: one action collects the touched trades' rows and the alerts of this micro-batch's records together
-(`jobs.collect`); the new hold rows and the rejection alerts are then derived from those rows in the driver.
+All of it runs on Arrow tables in the driver, read with delta-rs: no Spark job.
 """
 
 from __future__ import annotations
@@ -22,12 +21,10 @@ import logging
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import functions as F
 
-from jobs.collect import collect_parts
 from jobs.messages import ALERT_COLUMNS, commit_messages
 from jobs.scope import BatchScope
-from jobs.trade_candidates import SOURCES, read, read_candidates, read_holds
+from jobs.trade_candidates import SOURCES, read_candidates, read_holds
 from jobs.trades import (
     build_trades,
     expired_holds,
@@ -80,18 +77,16 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if expired.num_rows:
         gone = pc.is_in(holds["tradeid"], value_set=expired["tradeid"])
         holds = pa.concat_tables([holds.filter(pc.invert(gone)), expired])
-    holds_df = ctx.lake.to_frame(TRADE_HOLDS, holds)
     held_before = holds.filter(pc.equal(holds["state"], HELD))
 
-    trade_types = read(ctx, wh.TRADE_TYPE)
-    read_ = read_candidates(ctx, scope, holds_df, held_before)
-    records = read_.records
+    trade_types = ctx.lake.read_if_exists(wh.TRADE_TYPE)
+    read_ = read_candidates(ctx, scope, held_before)
     changed = (read_.changed_accounts, read_.changed_symbols)
-    states = touched_trades(trade_states(read_.candidates, trade_types), scope.batch_id, holds_df, *changed)
-    built = build_trades(states, read_.securities, read_.accounts, read(ctx, wh.STATUS_TYPE), trade_types)
-    # one Spark action for the trades and the alerts of this micro-batch's records
-    got = collect_parts({"trades": built, "alerts": trade_alerts(records.where(F.col("batch_id") == scope.batch_id))})
-    trades_built = got["trades"]
+    states = touched_trades(trade_states(read_.candidates, trade_types), scope.batch_id, holds, *changed)
+    status_types = ctx.lake.read_if_exists(wh.STATUS_TYPE)
+    trades_built = build_trades(states, read_.securities, read_.accounts, status_types, trade_types)
+    records = read_.records
+    alerts = trade_alerts(records.filter(pc.equal(records["batch_id"], scope.batch_id)))
     complete = pc.is_null(trades_built["_reason"])
     unresolved = (
         trades_built.filter(pc.invert(complete))
@@ -109,7 +104,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
             )
         rows[wh.DIM_TRADE.name] = resolved.num_rows
 
-    messages = got["alerts"].select(ALERT_COLUMNS.names).cast(ALERT_COLUMNS)
+    messages = alerts.select(ALERT_COLUMNS.names).cast(ALERT_COLUMNS)
     newly_rejected = pa.concat_tables([expired, new_holds.filter(pc.equal(new_holds["state"], REJECTED))])
     if newly_rejected.num_rows:
         messages = pa.concat_tables([messages, rejection_alerts(newly_rejected)])

@@ -1,7 +1,8 @@
 """DimTrade (part of step T3, CreateTrades): one row per trade, with held trades and the trade alerts.
 
-Pure transforms: Spark DataFrames in and out for the trades, Arrow tables in and out for the holds. Nothing
-here reads or writes the lake: the candidate trades and the dimension versions they name are read by
+Pure transforms on Arrow tables in the driver (numpy and Arrow compute; a micro-batch touches a few thousand
+trades, and Spark's fixed cost of planning them was most of a small micro-batch's T3). Nothing here reads or
+writes the lake: the candidate trades and the dimension versions they name are read by
 `jobs.trade_candidates`, and the T3 step (`jobs.create_trades`) commits.
 
 Implements TPC-DI 1.1.0 clause 4.5.8 (DimTrade from Batch1 Trade.txt + TradeHistory.txt), the incremental
@@ -21,7 +22,7 @@ DimTrade rules (Trade.txt with CDC_FLAG/CDC_DSN) and the DimTrade alerts of DIme
   line); names from the warehouse `statustype`/`tradetype`;
 - **keys fixed when the trade is first seen**: sk_securityid/sk_companyid from the DimSecurity version (by
   symbol) and sk_accountid/sk_customerid/sk_brokerid from the DimAccount version (by account id) valid on the
-  creation day (`jobs.scd2.valid_at`). The spec asks for the version current when the trade is first
+  creation day (`valid_on`). The spec asks for the version current when the trade is first
   encountered; with whole batches that is the one valid on the creation day, and the day rule does not depend
   on how a batch is cut into micro-batches. Later versions never move a trade's keys;
 - `batchid`: the TPC-DI batch of the trade's latest record (the brief's rule; a trade created in Batch1 and
@@ -51,13 +52,15 @@ never silently undone; the trade stays in the holds table with its reason.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 
-from jobs.messages import ALERT, ALERT_COLUMNS, alerts
-from jobs.scd2 import valid_at
+from jobs.arrow_ops import column, date_ids, sort
+from jobs.messages import ALERT, ALERT_COLUMNS, alert_table
+from jobs.valid_at import take as take_valid
+from jobs.valid_at import valid_versions
+from schemas import sources as src
 from schemas.holds import HELD, REJECTED, TRADE_HOLDS
 
 SOURCE = "DimTrade"
@@ -81,211 +84,251 @@ VALUES = (
     "t_tax",
 )
 REJECT_TEXT = "Trade rejected"
+STRING = pa.large_string()
+NONE = -1  # "no such record" in the per-trade row indices
 
 
 # ----------------------------------------------------------------------------------------------- records
-def trade_records(trade: DataFrame, history: DataFrame, cdc: DataFrame) -> DataFrame:
-    """Every staged record of the trades as one stream.
+def trade_records(trade: pa.Table, history: pa.Table, cdc: pa.Table) -> pa.Table:
+    """Every staged record of the trades as one table.
 
-    Columns: `tradeid`, `status`, `cdc_flag` (NULL in Batch1), `_values` (the record carries the Trade
+    Columns: `tradeid`, `_ts`, `status`, `cdc_flag` (NULL in Batch1), `_values` (the record carries the Trade
     fields), the Trade fields `VALUES` (NULL on TradeHistory rows), the order columns `ORDER` (`_seq` = CDC_DSN,
     0 in Batch1; `_kind` 0 TradeHistory, 1 Trade) and `batch_id` (micro-batch).
     """
-    common = ["batch_id", "source_batch", "line_no"]
-    batch1 = trade.select(
-        F.col("t_id").alias("tradeid"),
-        F.col("t_dts").alias("_ts"),
-        F.col("t_st_id").alias("status"),
-        F.lit(None).cast("string").alias("cdc_flag"),
-        F.lit(True).alias("_values"),
-        *VALUES,
-        F.lit(0).cast("bigint").alias("_seq"),
-        F.lit(TRADE).alias("_kind"),
-        *common,
-    )
-    hist = history.select(
-        F.col("th_t_id").alias("tradeid"),
-        F.col("th_dts").alias("_ts"),
-        F.col("th_st_id").alias("status"),
-        F.lit(None).cast("string").alias("cdc_flag"),
-        F.lit(False).alias("_values"),
-        *[F.lit(None).cast(trade.schema[v].dataType).alias(v) for v in VALUES],
-        F.lit(0).cast("bigint").alias("_seq"),
-        F.lit(HISTORY).alias("_kind"),
-        *common,
-    )
-    incr = cdc.select(
-        F.col("t_id").alias("tradeid"),
-        F.col("t_dts").alias("_ts"),
-        F.col("t_st_id").alias("status"),
-        F.col("cdc_flag"),
-        F.lit(True).alias("_values"),
-        *VALUES,
-        F.col("cdc_dsn").alias("_seq"),
-        F.lit(TRADE).alias("_kind"),
-        *common,
-    )
-    return batch1.unionByName(hist).unionByName(incr)
+    declared = src.TRADE.staging.arrow_schema()
+    types = {v: declared.field(v).type for v in VALUES}
+
+    def part(table: pa.Table, tid: str, ts: str, status: str, values: bool, seq: pa.Array | None, kind: int):
+        n = table.num_rows
+        return pa.table(
+            {
+                "tradeid": column(table, tid),
+                "_ts": column(table, ts),
+                "status": column(table, status),
+                "cdc_flag": column(table, "cdc_flag") if "cdc_flag" in table.column_names else pa.nulls(n, STRING),
+                "_values": pa.array(np.full(n, values), pa.bool_()),
+                **{v: column(table, v) if values else pa.nulls(n, types[v]) for v in VALUES},
+                "_seq": seq if seq is not None else pa.array(np.zeros(n, np.int64), pa.int64()),
+                "_kind": pa.array(np.full(n, kind, np.int32), pa.int32()),
+                "batch_id": column(table, "batch_id"),
+                "source_batch": column(table, "source_batch"),
+                "line_no": column(table, "line_no"),
+            }
+        )
+
+    parts = [
+        part(trade, "t_id", "t_dts", "t_st_id", True, None, TRADE),
+        part(history, "th_t_id", "th_dts", "th_st_id", False, None, HISTORY),
+        part(cdc, "t_id", "t_dts", "t_st_id", True, column(cdc, "cdc_dsn"), TRADE),
+    ]
+    # delta-rs reads strings as it stored them (string, large_string or string_view): one type for all
+    schema = pa.schema([f.with_type(STRING) if _is_text(f.type) else f for f in parts[0].schema])
+    return pa.concat_tables([p.cast(schema) for p in parts])
 
 
-def _ordered(*fields: str) -> Column:
-    """A struct that sorts like the declared order and carries `fields` (for min/max over records)."""
-    return F.struct(*[F.col(c) for c in ORDER], *[F.col(f) for f in fields])
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
 
 
-def trade_states(records: DataFrame, trade_types: DataFrame) -> DataFrame:
-    """One row per trade: the latest Trade fields, `batchid` (their TPC-DI batch), `create_ts`, `close_ts`, and
-    `_micro` (the last micro-batch that staged a record of the trade), `_seen` (the last TPC-DI batch of any of
-    its records).
+def _mask(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean Arrow result as numpy, NULL as False."""
+    return np.asarray(pc.fill_null(values, False), dtype=bool)
+
+
+def _first(where: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per group (rows sorted by group, `starts` its first rows): the first row index where `where` holds, or
+    NONE."""
+    n = len(where)
+    at = np.where(where, np.arange(n), n)
+    first = np.minimum.reduceat(at, starts) if n else at
+    return np.where(first == n, NONE, first)
+
+
+def _last(where: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per group: the last row index where `where` holds, or NONE."""
+    at = np.where(where, np.arange(len(where)), NONE)
+    return np.maximum.reduceat(at, starts) if len(where) else at
+
+
+def _take(values: pa.Array, rows: np.ndarray) -> pa.Array:
+    """`values` at `rows`; NULL where a row is NONE."""
+    return values.take(pa.array(np.maximum(rows, 0), pa.int64(), mask=rows == NONE))
+
+
+def trade_states(records: pa.Table, trade_types: pa.Table) -> pa.Table:
+    """One row per trade (sorted by trade id): the latest Trade fields, `batchid` (their TPC-DI batch),
+    `create_ts`, `close_ts`, and `_micro` (the last micro-batch that staged a record of the trade), `_seen` (the last
+    TPC-DI batch of any of its records).
 
     `trade_types` is the warehouse `tradetype` table (`tt_is_mrkt` tells market orders, whose SBMT creates
     them). A trade without any Trade record has NULL fields; one without a creation record a NULL `create_ts`.
     """
-    status = F.col("status")
-    states = records.groupBy("tradeid").agg(
-        F.max("batch_id").alias("_micro"),
-        F.max("source_batch").alias("_seen"),
-        F.max(F.when(F.col("_values"), _ordered(*VALUES))).alias("_last"),
-        F.min(F.when(status == "PNDG", _ordered())).alias("_pndg"),
-        F.min(F.when(status == "SBMT", _ordered())).alias("_sbmt"),
-        F.min(F.when(F.col("cdc_flag") == "I", _ordered())).alias("_insert"),
-        F.max(F.when(status.isin(*CLOSE_STATUSES), _ordered())).alias("_close"),
-    )
-    market = trade_types.select(F.col("tt_id").alias("_tt"), (F.col("tt_is_mrkt") == 1).alias("_market"))
-    states = states.join(F.broadcast(market), F.col("_last")["t_tt_id"] == F.col("_tt"), "left")
-    # least() skips NULLs: the earliest of the records that can create the trade
-    create = F.least(F.col("_pndg"), F.col("_insert"), F.when(F.col("_market"), F.col("_sbmt")))
-    return states.select(
-        "tradeid",
-        "_micro",
-        "_seen",
-        *[F.col("_last")[v].alias(v) for v in VALUES],
-        F.col("_last")["source_batch"].alias("batchid"),
-        create["_ts"].alias("create_ts"),
-        F.col("_close")["_ts"].alias("close_ts"),
+    data = sort(records, ["tradeid", *ORDER])
+    ids = np.asarray(column(data, "tradeid"), dtype=np.int64)
+    starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 1)) if len(ids) else np.zeros(0, np.int64)
+    status = column(data, "status")
+    last = _last(_mask(data["_values"]), starts)
+    pndg = _first(_mask(pc.equal(status, "PNDG")), starts)
+    sbmt = _first(_mask(pc.equal(status, "SBMT")), starts)
+    insert = _first(_mask(pc.equal(data["cdc_flag"], "I")), starts)
+    close = _last(_mask(pc.is_in(status, value_set=pa.array(CLOSE_STATUSES, STRING))), starts)
+    trade_type = _take(column(data, "t_tt_id"), last)
+    markets = column(trade_types, "tt_id").filter(pc.equal(trade_types["tt_is_mrkt"], 1))
+    market = _mask(pc.is_in(trade_type, value_set=markets))
+    # the earliest of the records that can create the trade (rows are in the declared order)
+    candidates = np.stack([pndg, insert, np.where(market, sbmt, NONE)]) if len(starts) else np.zeros((3, 0), int)
+    create = np.where(candidates == NONE, np.iinfo(np.int64).max, candidates).min(axis=0)
+    create = np.where(create == np.iinfo(np.int64).max, NONE, create)
+    micro = np.asarray(column(data, "batch_id"), dtype=np.int64)
+    seen = np.asarray(column(data, "source_batch"), dtype=np.int64)
+    ts = column(data, "_ts")
+    return pa.table(
+        {
+            "tradeid": pa.array(ids[starts], pa.int64()),
+            "_micro": pa.array(np.maximum.reduceat(micro, starts) if len(ids) else micro, pa.int64()),
+            "_seen": pa.array(np.maximum.reduceat(seen, starts) if len(ids) else seen, pa.int32()),
+            **{v: _take(column(data, v), last) for v in VALUES},
+            "batchid": _take(column(data, "source_batch"), last),
+            "create_ts": _take(ts, create),
+            "close_ts": _take(ts, close),
+        }
     )
 
 
 # ------------------------------------------------------------------------------------------------- rows
-def date_id(ts: Column) -> Column:
-    """DimDate's SK_DateID of a timestamp: yyyymmdd."""
-    return F.date_format(ts, "yyyyMMdd").cast("int")
+def _microseconds(timestamps: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(microseconds since 1970 as int64 with NULL as 0, validity) of a UTC timestamp column."""
+    valid = np.asarray(pc.is_valid(timestamps), dtype=bool)
+    micros = np.asarray(pc.fill_null(timestamps.cast(pa.int64()), 0), dtype=np.int64)
+    return micros, valid
 
 
-def time_id(ts: Column) -> Column:
-    """DimTime's SK_TimeID of a timestamp, truncated to the second: hhmmss."""
-    return F.date_format(ts, "HHmmss").cast("int")
-
-
-def assign_trade_keys(states: DataFrame, securities: DataFrame, accounts: DataFrame) -> DataFrame:
-    """Add the security/company and account/customer/broker keys of the versions valid on the creation day."""
-    day = F.to_date(F.col("create_ts"))
-    keyed = valid_at(
-        states,
-        "t_s_symb",
-        day,
-        securities,
-        "symbol",
-        {"sk_securityid": "sk_securityid", "sk_companyid": "sk_companyid"},
+def date_time_ids(timestamps: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """DimDate's SK_DateID (yyyymmdd) and DimTime's SK_TimeID (hhmmss, truncated to the second) of timestamps."""
+    micros, valid = _microseconds(timestamps)
+    seconds = np.floor_divide(micros, 1_000_000)
+    of_day = np.mod(seconds, 86_400)
+    times = (of_day // 3600) * 10_000 + (of_day // 60 % 60) * 100 + of_day % 60
+    days = np.floor_divide(seconds, 86_400)
+    return (
+        pa.array(date_ids(days), pa.int32(), mask=~valid),
+        pa.array(times, pa.int32(), mask=~valid),
     )
-    take = {"sk_accountid": "sk_accountid", "sk_customerid": "sk_customerid", "sk_brokerid": "sk_brokerid"}
-    return valid_at(keyed, "t_ca_id", day, accounts, "accountid", take)
 
 
-def hold_reason(row_cols: dict[str, Column]) -> Column:
-    """Why a trade cannot be built yet ('; '-joined), or NULL when it can."""
-    c = row_cols
-    day = F.date_format(F.to_date(c["create_ts"]), "yyyy-MM-dd")
-    have = c["t_tt_id"].isNotNull() & c["create_ts"].isNotNull()
-    reasons = F.concat_ws(
-        "; ",
-        F.when(c["t_tt_id"].isNull(), F.lit("no Trade record yet")),
-        F.when(c["t_tt_id"].isNotNull() & c["create_ts"].isNull(), F.lit("no creation record (PNDG, SBMT or I) yet")),
-        F.when(
-            have & c["sk_accountid"].isNull(),
-            F.concat(F.lit("account "), c["t_ca_id"].cast("string"), F.lit(" has no DimAccount version on "), day),
+def valid_on(keys: pa.Array, days: pa.Array, dim: pa.Table, dim_key: str, take: list[str]) -> dict[str, pa.Array]:
+    """Per (key, day): the `take` columns of the `dim` version of that key valid on the day (`jobs.valid_at`),
+    NULL when there is none or the day is NULL."""
+    known = _mask(pc.is_valid(days))
+    day_numbers = np.where(known, np.asarray(pc.fill_null(days.cast(pa.int32()), 0), dtype=np.int64), 0)
+    rows = valid_versions(keys, day_numbers, dim[dim_key], dim["effectivedate"], dim["enddate"])
+    rows = np.where(known, rows, NONE)
+    return {c: take_valid(dim[c], rows) for c in take}
+
+
+def _lookup(codes: pa.Array, table: pa.Table, key: str, value: str) -> pa.Array:
+    return column(table, value).take(pc.index_in(codes, value_set=column(table, key)))
+
+
+def hold_reasons(states: pa.Table, keys: dict[str, pa.Array], status: pa.Array, kind: pa.Array) -> pa.Array:
+    """Why each trade cannot be built yet ('; '-joined), or NULL when it can."""
+
+    def valid(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return _mask(pc.is_valid(values))
+
+    tt, created = valid(states["t_tt_id"]), valid(states["create_ts"])
+    have = tt & created
+    checks = [
+        (~tt, lambda r: "no Trade record yet"),
+        (tt & ~created, lambda r: "no creation record (PNDG, SBMT or I) yet"),
+        (
+            have & ~valid(keys["sk_accountid"]) & valid(states["t_ca_id"]),
+            lambda r: f"account {r['t_ca_id']} has no DimAccount version on {r['_day']}",
         ),
-        F.when(
-            have & c["sk_securityid"].isNull(),
-            F.concat(F.lit("security "), c["t_s_symb"], F.lit(" has no DimSecurity version on "), day),
+        (
+            have & ~valid(keys["sk_securityid"]) & valid(states["t_s_symb"]),
+            lambda r: f"security {r['t_s_symb']} has no DimSecurity version on {r['_day']}",
         ),
-        F.when(c["t_tt_id"].isNotNull() & c["status"].isNull(), F.concat(F.lit("unknown status "), c["t_st_id"])),
-        F.when(c["t_tt_id"].isNotNull() & c["type"].isNull(), F.concat(F.lit("unknown trade type "), c["t_tt_id"])),
-    )
-    return F.when(reasons != "", reasons)
+        (tt & ~valid(status) & valid(states["t_st_id"]), lambda r: f"unknown status {r['t_st_id']}"),
+        (tt & ~valid(kind), lambda r: f"unknown trade type {r['t_tt_id']}"),
+    ]
+    failing = np.flatnonzero(np.logical_or.reduce([failed for failed, _ in checks]))
+    rows = states.select(["t_ca_id", "t_s_symb", "t_st_id", "t_tt_id", "create_ts"]).take(pa.array(failing, pa.int64()))
+    rows = rows.append_column("_day", pc.cast(rows["create_ts"], pa.date32()).cast(STRING)).to_pylist()
+    reasons: list[str | None] = [None] * states.num_rows
+    for i, row in zip(failing, rows, strict=True):
+        reasons[i] = "; ".join(text(row) for failed, text in checks if failed[i])
+    return pa.array(reasons, STRING)
 
 
 def build_trades(
-    states: DataFrame, securities: DataFrame, accounts: DataFrame, status_types: DataFrame, trade_types: DataFrame
-) -> DataFrame:
+    states: pa.Table, securities: pa.Table, accounts: pa.Table, status_types: pa.Table, trade_types: pa.Table
+) -> pa.Table:
     """DimTrade rows of the trades in `states`, plus `_reason` (NULL when the row is complete; otherwise the
-    row must be held) and `_source_batch` (TPC-DI batch of the latest Trade record, else of any record)."""
-    keyed = assign_trade_keys(states, securities, accounts)
-    st = status_types.select(F.col("st_id").alias("_st"), F.col("st_name").alias("status"))
-    tt = trade_types.select(F.col("tt_id").alias("_tt"), F.col("tt_name").alias("type"))
-    named = keyed.join(F.broadcast(st), F.col("t_st_id") == F.col("_st"), "left").join(
-        F.broadcast(tt), F.col("t_tt_id") == F.col("_tt"), "left"
-    )
-    cols = {c: F.col(c) for c in named.columns}
-    return named.select(
-        F.col("tradeid"),
-        F.col("sk_brokerid"),
-        date_id(F.col("create_ts")).alias("sk_createdateid"),
-        time_id(F.col("create_ts")).alias("sk_createtimeid"),
-        date_id(F.col("close_ts")).alias("sk_closedateid"),
-        time_id(F.col("close_ts")).alias("sk_closetimeid"),
-        F.col("status"),
-        F.col("type"),
-        F.col("t_is_cash").alias("cashflag"),
-        F.col("sk_securityid"),
-        F.col("sk_companyid"),
-        F.col("t_qty").alias("quantity"),
-        F.col("t_bid_price").alias("bidprice"),
-        F.col("sk_customerid"),
-        F.col("sk_accountid"),
-        F.col("t_exec_name").alias("executedby"),
-        F.col("t_trade_price").alias("tradeprice"),
-        F.col("t_chrg").alias("fee"),
-        F.col("t_comm").alias("commission"),
-        F.col("t_tax").alias("tax"),
-        F.col("batchid"),
-        hold_reason(cols).alias("_reason"),
-        F.coalesce(F.col("batchid"), F.col("_seen")).alias("_source_batch"),
+    row must be held) and `_source_batch` (TPC-DI batch of the latest Trade record, else of any record).
+
+    Keys fixed at creation: the DimSecurity version (by symbol) and the DimAccount version (by account id) valid
+    on the creation day."""
+    day = pc.cast(states["create_ts"], pa.date32())
+    keys = valid_on(states["t_s_symb"], day, securities, "symbol", ["sk_securityid", "sk_companyid"])
+    keys |= valid_on(states["t_ca_id"], day, accounts, "accountid", ["sk_accountid", "sk_customerid", "sk_brokerid"])
+    status = _lookup(column(states, "t_st_id"), status_types, "st_id", "st_name")
+    kind = _lookup(column(states, "t_tt_id"), trade_types, "tt_id", "tt_name")
+    created, created_at = date_time_ids(column(states, "create_ts"))
+    closed, closed_at = date_time_ids(column(states, "close_ts"))
+    return pa.table(
+        {
+            "tradeid": states["tradeid"],
+            "sk_brokerid": keys["sk_brokerid"],
+            "sk_createdateid": created,
+            "sk_createtimeid": created_at,
+            "sk_closedateid": closed,
+            "sk_closetimeid": closed_at,
+            "status": status,
+            "type": kind,
+            "cashflag": states["t_is_cash"],
+            "sk_securityid": keys["sk_securityid"],
+            "sk_companyid": keys["sk_companyid"],
+            "quantity": states["t_qty"],
+            "bidprice": states["t_bid_price"],
+            "sk_customerid": keys["sk_customerid"],
+            "sk_accountid": keys["sk_accountid"],
+            "executedby": states["t_exec_name"],
+            "tradeprice": states["t_trade_price"],
+            "fee": states["t_chrg"],
+            "commission": states["t_comm"],
+            "tax": states["t_tax"],
+            "batchid": states["batchid"],
+            "_reason": hold_reasons(states, keys, status, kind),
+            "_source_batch": pc.coalesce(states["batchid"], states["_seen"]),
+        }
     )
 
 
 # ----------------------------------------------------------------------------------------------- alerts
-def trade_alerts(records: DataFrame) -> DataFrame:
+def trade_alerts(records: pa.Table) -> pa.Table:
     """The invalid commission and invalid fee alerts of the Trade records in `records` (one per record)."""
-    rec = records.where(F.col("_values"))
-    value = F.col("t_trade_price") * F.col("t_qty")
-    ident = F.concat(
-        F.lit("T_ID="),
-        F.col("tradeid").cast("string"),
-        F.when(F.col("cdc_flag").isNotNull(), F.concat(F.lit(" CDC_DSN="), F.col("_seq").cast("string"))).otherwise(
-            F.lit("")
-        ),
-    )
-    tid = F.concat(F.lit("T_ID = "), F.col("tradeid").cast("string"))
-    commission = alerts(
-        rec,
-        source=SOURCE,
-        text="Invalid trade commission",
-        when=F.col("t_comm").isNotNull() & (F.col("t_comm") > value),
-        data=F.concat(tid, F.lit(", T_COMM = "), F.col("t_comm").cast("string")),
-        key=F.concat(F.lit("commission "), ident),
-        batchid=F.col("source_batch"),
-    )
-    fee = alerts(
-        rec,
-        source=SOURCE,
-        text="Invalid trade fee",
-        when=F.col("t_chrg").isNotNull() & (F.col("t_chrg") > value),
-        data=F.concat(tid, F.lit(", T_CHRG = "), F.col("t_chrg").cast("string")),
-        key=F.concat(F.lit("fee "), ident),
-        batchid=F.col("source_batch"),
-    )
-    return commission.unionByName(fee)
+    rec = records.filter(records["_values"])
+    value = pc.multiply(rec["t_trade_price"], rec["t_qty"].cast(pa.int64()))
+    out = []
+    for text, label, field, name in (
+        ("Invalid trade commission", "commission", "t_comm", "T_COMM"),
+        ("Invalid trade fee", "fee", "t_chrg", "T_CHRG"),
+    ):
+        bad = rec.filter(_mask(pc.greater(rec[field], value))).select(
+            ["tradeid", "cdc_flag", "_seq", "source_batch", field]
+        )
+        rows = [
+            (
+                r["source_batch"],
+                f"T_ID = {r['tradeid']}, {name} = {r[field]}",
+                f"{label} T_ID={r['tradeid']}" + ("" if r["cdc_flag"] is None else f" CDC_DSN={r['_seq']}"),
+            )
+            for r in bad.to_pylist()
+        ]
+        out.append(alert_table(SOURCE, text, rows))
+    return pa.concat_tables(out)
 
 
 def rejection_alerts(rejected: pa.Table) -> pa.Table:
@@ -341,40 +384,48 @@ def next_holds(unresolved: pa.Table, held_before: pa.Table, batch_id: int, curre
 
 
 # ----------------------------------------------------------------------------------------- which trades
-def touched_trades(
-    states: DataFrame,
-    batch_id: int,
-    holds: DataFrame,
-    changed_accounts: DataFrame | None,
-    changed_symbols: DataFrame | None,
-) -> DataFrame:
-    """The states of the trades to recompute in micro-batch `batch_id`: those with a record in it, the held
-    ones, and those on the changed accounts/securities (one-column DataFrames `t_ca_id` / `t_s_symb`); never the
-    rejected ones. `holds` is the holds table before this micro-batch."""
-    flagged = states.join(F.broadcast(holds.select("tradeid", F.col("state").alias("_hold"))), "tradeid", "left")
-    touched = (F.col("_micro") == batch_id) | (F.col("_hold") == HELD)
-    for changed, column in ((changed_accounts, "t_ca_id"), (changed_symbols, "t_s_symb")):
+def _naming(data: pa.Table, changed_accounts: pa.Array | None, changed_symbols: pa.Array | None) -> np.ndarray:
+    """Rows whose account (`t_ca_id`) or symbol (`t_s_symb`) is among the changed ones."""
+    hit = np.zeros(data.num_rows, bool)
+    for changed, name in ((changed_accounts, "t_ca_id"), (changed_symbols, "t_s_symb")):
         if changed is not None:
-            marker = f"_changed_{column}"
-            flagged = flagged.join(F.broadcast(changed.withColumn(marker, F.lit(True))), column, "left")
-            touched = touched | F.col(marker).isNotNull()
-    keep = touched & F.coalesce(F.col("_hold") != REJECTED, F.lit(True))
-    return flagged.where(keep).select(*states.columns)
+            hit |= _mask(pc.is_in(data[name], value_set=changed.cast(data.schema.field(name).type)))
+    return hit
+
+
+def touched_trades(
+    states: pa.Table,
+    batch_id: int,
+    holds: pa.Table,
+    changed_accounts: pa.Array | None,
+    changed_symbols: pa.Array | None,
+) -> pa.Table:
+    """The states of the trades to recompute in micro-batch `batch_id`: those with a record in it, the held
+    ones, and those on the changed accounts/securities (`t_ca_id` / `t_s_symb` values); never the rejected
+    ones. `holds` is the holds table before this micro-batch."""
+    state = _take(column(holds, "state"), _positions(states["tradeid"], holds["tradeid"]))
+    touched = _mask(pc.equal(states["_micro"], batch_id)) | _mask(pc.equal(state, HELD))
+    touched |= _naming(states, changed_accounts, changed_symbols)
+    return states.filter(pa.array(touched & ~_mask(pc.equal(state, REJECTED)), pa.bool_()))
+
+
+def _positions(keys: pa.Array | pa.ChunkedArray, of: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per key: its row in `of`, or NONE."""
+    found = pc.index_in(keys, value_set=of.combine_chunks() if isinstance(of, pa.ChunkedArray) else of)
+    return np.asarray(pc.fill_null(found, NONE), dtype=np.int64)
 
 
 def candidate_records(
-    records: DataFrame,
+    records: pa.Table,
     batch_id: int,
-    held: DataFrame,
-    changed_accounts: DataFrame | None,
-    changed_symbols: DataFrame | None,
-) -> DataFrame:
-    """All records of the trades `touched_trades` may keep, found before the per-trade aggregation so that a
-    small micro-batch does not aggregate every trade ever staged: trades with a record in `batch_id`, held
-    ones, and those with a record naming a changed account or symbol. A superset of the touched trades (a
-    trade's latest account is one its records name), with every record of each, so their states are exact."""
-    ids = records.where(F.col("batch_id") == batch_id).select("tradeid").unionByName(held.select("tradeid"))
-    for changed, column in ((changed_accounts, "t_ca_id"), (changed_symbols, "t_s_symb")):
-        if changed is not None:
-            ids = ids.unionByName(records.join(F.broadcast(changed), column, "left_semi").select("tradeid"))
-    return records.join(ids.distinct(), "tradeid", "left_semi")
+    held: pa.Array,
+    changed_accounts: pa.Array | None,
+    changed_symbols: pa.Array | None,
+) -> pa.Table:
+    """All records of the trades `touched_trades` may keep, found before the per-trade states so that a micro-batch
+    does not build every trade ever staged: trades with a record in `batch_id`, `held` ones, and those with a
+    record naming a changed account or symbol. A superset of the touched trades (a trade's latest account is one
+    its records name), with every record of each, so their states are exact."""
+    wanted = _mask(pc.equal(records["batch_id"], batch_id)) | _naming(records, changed_accounts, changed_symbols)
+    ids = pc.unique(pa.concat_arrays([column(records, "tradeid").filter(pa.array(wanted)), held.cast(pa.int64())]))
+    return records.filter(pc.is_in(records["tradeid"], value_set=ids))

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
@@ -70,7 +70,14 @@ class Step:
     run: Callable[[JobContext, BatchScope], dict[str, int]]
     after: tuple[str, ...] = ()
     checked: bool = False  # its tables' warehouse suites run after it (`jobs.validate.STEP_TABLES`)
-    spark: bool = False  # it runs Spark jobs (the others run in the driver on Arrow)
+    spark: bool = False  # it may run Spark jobs (when `needs_spark`; the others run in the driver on Arrow)
+
+
+def needs_spark(files: Iterable[str]) -> bool:
+    """Whether a micro-batch of these landing files runs Spark jobs: only T1 does, when FINWIRE, StatusType or
+    Industry records arrive (Batch1); every other micro-batch runs in the driver on Arrow, and a process that
+    transforms only such micro-batches never starts a JVM."""
+    return bool(create_securities.arrived_sources(sorted(files)))
 
 
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -93,8 +100,8 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 STEPS: tuple[Step, ...] = (
     Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
     Step("T1", create_securities.run, after=("T0",), checked=True, spark=True),
-    Step("T2", create_accounts.run, after=("T0",), checked=True, spark=True),
-    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, spark=True),
+    Step("T2", create_accounts.run, after=("T0",), checked=True),
+    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
     Step("AG", windows.run, after=("T3", "T4"), checked=True),
     Step("DM", messages.run, after=("AG",)),
@@ -206,7 +213,7 @@ def _timed(
     ctx: JobContext, scope: BatchScope, step: Step, attempt: int
 ) -> tuple[dict[str, int], validate.StepChecks | None, float]:
     started = time.perf_counter()
-    if step.spark:
+    if step.spark and needs_spark(scope.file_seq):
         # A Spark step builds Column expressions before it touches the session, and PySpark builds a Column only
         # with a running SparkContext: wait for the session (`run_pending` started it in the background).
         _ = ctx.spark

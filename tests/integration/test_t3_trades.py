@@ -366,7 +366,8 @@ def split(spark, tmp_path_factory) -> World:
 
 @pytest.fixture(scope="module")
 def split_in_spark(spark, tmp_path_factory) -> World:
-    """`split` with the candidate trades always selected by Spark (`candidate_records`), never in the driver."""
+    """`split` with the candidate trades always selected from every staged record (`candidate_records`), never
+    read by id."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(trade_candidates, "DRIVER_CANDIDATES", 0)
         return split_world(World(spark, tmp_path_factory.mktemp("t3-split-spark")))
@@ -468,7 +469,7 @@ def test_split_over_micro_batches_gives_identical_tables(whole, split):
     assert split.messages() == whole.messages() == EXPECTED_ALERTS
 
 
-def test_candidates_selected_in_spark_give_the_same_tables(split, split_in_spark):
+def test_candidates_selected_from_every_record_give_the_same_tables(split, split_in_spark):
     assert split_in_spark.table(wh.DIM_TRADE) == EXPECTED
     assert split_in_spark.messages() == EXPECTED_ALERTS
     assert split_in_spark.holds_after_2 == split.holds_after_2
@@ -587,11 +588,11 @@ def test_candidates_are_every_record_of_the_trades_a_micro_batch_can_touch(spark
     w = three_batch1_trades(spark, tmp_path)
     w.stage(src.TRADE_CDC.staging, 2, 2, [cdc("I", 1, 4, "2014-01-02 09:30:00", "SBMT")])  # new in micro-batch 2
     staged = (src.TRADE.staging, src.TRADE_HISTORY.staging, src.TRADE_CDC.staging)
-    records = trades.trade_records(*[w.ctx.lake.read(t) for t in staged])
-    held = spark.createDataFrame([(3,)], "tradeid bigint")
-    changed_accounts = spark.createDataFrame([(200,)], "t_ca_id bigint")
+    records = trades.trade_records(*[w.ctx.lake.read_arrow(t) for t in staged])
+    held = pa.array([3], pa.int64())
+    changed_accounts = pa.array([200], pa.int64())
     got = trades.candidate_records(records, 2, held, changed_accounts, None)
-    rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.collect())
+    rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.to_pylist())
     history_kind, trade_kind = trades.HISTORY, trades.TRADE
     assert rows == sorted(
         [
@@ -618,8 +619,8 @@ def test_driver_side_candidates_are_the_records_of_the_touched_trades_in_scope(s
     )
     assert sorted(ids.to_pylist()) == [2, 3, 4]
     found = trade_candidates.candidate_tables(w.ctx, scope, staged, ids)
-    got = trades.trade_records(*[w.ctx.lake.to_frame(t, rows) for t, rows in zip(staged, found, strict=True)])
-    rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.collect())
+    got = trades.trade_records(*found)
+    rows = sorted((r["tradeid"], r["_kind"], r["batch_id"]) for r in got.to_pylist())
     history_kind, trade_kind = trades.HISTORY, trades.TRADE
     assert rows == [
         (2, history_kind, 1),
@@ -653,8 +654,8 @@ def test_driver_side_dimension_versions_are_all_versions_of_the_keys_the_records
     found = trade_candidates.candidate_tables(w.ctx, scope, staged, pa.array([1, 4], pa.int64()))
     accounts = trade_candidates.versions_named(w.ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
     securities = trade_candidates.versions_named(w.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
-    assert sorted(r["sk_accountid"] for r in accounts.collect()) == [1001, 1002, 4001]  # trade 1: 100, trade 4: 400
-    assert sorted(r["sk_securityid"] for r in securities.collect()) == [21]  # SYMA has no version, SYMB one
+    assert sorted(accounts["sk_accountid"].to_pylist()) == [1001, 1002, 4001]  # trade 1: 100, trade 4: 400
+    assert sorted(securities["sk_securityid"].to_pylist()) == [21]  # SYMA has no version, SYMB one
     # a dimension not created yet (no T1 commit so far) gives no versions
     w2 = three_batch1_trades(spark, tmp_path / "fresh")
-    assert trade_candidates.versions_named(w2.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb").count() == 0
+    assert trade_candidates.versions_named(w2.ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb").num_rows == 0
