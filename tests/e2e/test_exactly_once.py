@@ -70,23 +70,24 @@ def test_crash_right_after_a_named_commit_of_batch2_then_rerun_equals_the_uncras
 
 
 def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
-    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default): the client process is killed right after T3's
-    DimTrade commit, while T4 runs beside it on the same server; the server outlives it, the rerun reuses it and
-    ends where the uncrashed run (Spark in the process) ended."""
+    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default): the client process is killed right after T1's
+    DimSecurity commit in Batch1 (T1 is the step that runs Spark jobs, on that server), while T2 runs beside it; the
+    server outlives it, the rerun reuses it, and after Batch2 (no Spark job, so no server needed) the home ends where
+    the uncrashed run (Spark in the process) ended."""
     import json
 
     from streamdi import spark_connect
 
-    expected, _, after_batch1 = reference
+    expected, _, _ = reference
     home = tmp_path / "home"
-    copy_home(after_batch1, home)
     settings = Settings(home=home)
     try:
-        assert load(home, data, 2, fault="lake.after_commit:T3/dimtrade", remote="embedded") == -9
+        assert load(home, data, 1, fault="lake.after_commit:T1/dimsecurity", remote="embedded") == -9
         server = json.loads((home / "spark-connect" / "server.json").read_text())
         assert spark_connect.running(server["pid"])  # the crash of a client leaves its server running
-        assert load(home, data, 2, remote="embedded") == 0
+        assert load(home, data, 1, remote="embedded") == 0
         assert json.loads((home / "spark-connect" / "server.json").read_text()) == server  # reused, not restarted
+        assert load(home, data, 2, remote="embedded") == 0
     finally:
         spark_connect.stop_server(settings)
     got = snapshot(home)
