@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import arrow_ops
-from jobs.arrow_ops import column, sort
-from jobs.customers import ACTIVE, FILE, INACTIVE, MICRO, ORDER, SEQ, STRING, first_problem, present
-from jobs.scd2 import BATCH, END_OF_TIME, TS, present_flag
-from jobs.scd2_arrow import build_versions, midnight, surrogate_keys
+from jobs.arrow_ops import column, lookup, sort
+from jobs.customers import ACTIVE, INACTIVE, ORDER, STRING, first_problem, lineage, present
+from jobs.scd2 import END_OF_TIME, present_flag
+from jobs.scd2_arrow import build_versions, surrogate_keys
 from jobs.valid_at import take, valid_versions
 
 # Account change-record fields: (field, CustomerMgmt.xml column, Account.txt column).
@@ -65,11 +65,7 @@ def account_changes(actions: pa.Table, lines: pa.Table) -> pa.Table:
     yes = pa.array(np.ones(n, bool))
     from_xml = {
         "accountid": column(xml, "ca_id"),
-        BATCH: column(xml, "source_batch"),
-        TS: column(xml, "action_ts"),
-        SEQ: column(xml, "action_seq"),
-        FILE: column(xml, "source_file"),
-        MICRO: column(xml, "batch_id"),
+        **lineage(xml, xml=True),
         "customerid": column(xml, "c_id"),
         present_flag("customerid"): yes,
         "st_id": pc.if_else(pc.equal(kind, "CLOSEACCT"), INACTIVE, ACTIVE).cast(STRING),
@@ -83,11 +79,7 @@ def account_changes(actions: pa.Table, lines: pa.Table) -> pa.Table:
     every = pa.array(np.ones(m, bool))
     from_lines = {
         "accountid": column(lines, "ca_id"),
-        BATCH: column(lines, "source_batch"),
-        TS: midnight(column(lines, "batchdate")),
-        SEQ: column(lines, "cdc_dsn"),
-        FILE: column(lines, "source_file"),
-        MICRO: column(lines, "batch_id"),
+        **lineage(lines, xml=False),
         "customerid": column(lines, "ca_c_id"),
         present_flag("customerid"): every,
         "st_id": column(lines, "ca_st_id"),
@@ -170,7 +162,7 @@ def account_versions(changes: pa.Table, customers: pa.Table, brokers: pa.Table, 
         pc.fill_null(pc.equal(column(pieces, "_c_st"), INACTIVE), False), INACTIVE, column(pieces, "_a_st")
     )
     sk_broker = _broker_keys(column(pieces, "brokerid"), eff, brokers)
-    status = column(status_types, "st_name").take(pc.index_in(st_code, value_set=column(status_types, "st_id")))
+    status = lookup(st_code, status_types, "st_id", "st_name")
     sk_customer = column(pieces, "sk_customerid")
     no_customer = pc.or_(pc.invert(column(pieces, "_covered")), pc.is_null(sk_customer))
     problem = first_problem(

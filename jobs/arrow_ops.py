@@ -23,6 +23,11 @@ def column(data: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
+def lookup(keys: pa.Array | pa.ChunkedArray, table: pa.Table, key: str, value: str) -> pa.Array:
+    """`table[value]` of the row whose `key` equals each of `keys` (NULL when there is none; `key` is unique)."""
+    return column(table, value).take(pc.index_in(keys, value_set=column(table, key)))
+
+
 def sort(data: pa.Table, keys: Sequence[str]) -> pa.Table:
     """`data` sorted by `keys`, ascending, NULLs first (a total, deterministic order when `keys` identify rows)."""
     if data.num_rows == 0:

@@ -59,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import prospect
-from jobs.arrow_ops import column
+from jobs.arrow_ops import column, lookup
 from jobs.messages import ALERT_COLUMNS, alert_table
 from jobs.scd2 import BATCH, TS, present_flag
 from jobs.scd2_arrow import build_versions, midnight, surrogate_keys
@@ -128,6 +128,18 @@ def present(present_fields: pa.Array, name: str) -> pa.Array:
     return pc.match_substring_regex(present_fields, f"(^|,){name}(,|$)")
 
 
+def lineage(records: pa.Table, *, xml: bool) -> dict[str, pa.Array]:
+    """The order and lineage columns of the change-record contract (`ORDER` and `MICRO`) of staged CustomerMgmt
+    actions (`xml`: ActionTS, action_seq) or of dated incremental lines (midnight of the BatchDate, CDC_DSN)."""
+    return {
+        BATCH: column(records, "source_batch"),
+        TS: column(records, "action_ts") if xml else midnight(column(records, "batchdate")),
+        SEQ: column(records, "action_seq" if xml else "cdc_dsn"),
+        FILE: column(records, "source_file"),
+        MICRO: column(records, "batch_id"),
+    }
+
+
 def _flag(values: pa.Array | bool, n: int) -> pa.Array:
     return pa.array(np.full(n, values), pa.bool_()) if isinstance(values, bool) else values
 
@@ -158,11 +170,7 @@ def customer_changes(actions: pa.Table, lines: pa.Table) -> pa.Table:
     status = pc.if_else(pc.equal(kind, "INACT"), INACTIVE, ACTIVE).cast(STRING)
     from_xml = {
         "customerid": column(xml, "c_id"),
-        BATCH: column(xml, "source_batch"),
-        TS: column(xml, "action_ts"),
-        SEQ: column(xml, "action_seq"),
-        FILE: column(xml, "source_file"),
-        MICRO: column(xml, "batch_id"),
+        **lineage(xml, xml=True),
         "st_id": status,
         **values(xml, True),
     }
@@ -174,11 +182,7 @@ def customer_changes(actions: pa.Table, lines: pa.Table) -> pa.Table:
     m = lines.num_rows
     from_lines = {
         "customerid": column(lines, "c_id"),
-        BATCH: column(lines, "source_batch"),
-        TS: midnight(column(lines, "batchdate")),
-        SEQ: column(lines, "cdc_dsn"),
-        FILE: column(lines, "source_file"),
-        MICRO: column(lines, "batch_id"),
+        **lineage(lines, xml=False),
         "st_id": column(lines, "c_st_id"),
         **values(lines, False),
     }
@@ -201,18 +205,13 @@ def first_problem(n: int, *checks: tuple[pa.Array, list[str] | str]) -> pa.Array
     return pa.array(out, STRING)
 
 
-def _lookup(keys: pa.Array, table: pa.Table, key: str, value: str) -> pa.Array:
-    """`table[value]` of the row whose `key` equals each of `keys` (NULL when there is none)."""
-    return column(table, value).take(pc.index_in(keys, value_set=column(table, key)))
-
-
 def customer_versions(changes: pa.Table, status_types: pa.Table, tax_rates: pa.Table) -> pa.Table:
     """DimCustomer versions of every customer in `changes`, plus `st_id` (the status code) and `_problem`
     (why the version cannot be loaded; NULL when it can)."""
     v = build_versions(changes, "customerid", ORDER, CUSTOMER_VALUES)
     n = v.num_rows
     st_id = column(v, "st_id")
-    status = _lookup(st_id, status_types, "st_id", "st_name")
+    status = lookup(st_id, status_types, "st_id", "st_name")
     codes = pc.fill_null(st_id, "").to_pylist()
     problem = first_problem(
         n,
@@ -226,7 +225,7 @@ def customer_versions(changes: pa.Table, status_types: pa.Table, tax_rates: pa.T
             out[name] = status
         elif name in ("nationaltaxratedesc", "localtaxratedesc", "nationaltaxrate", "localtaxrate"):
             ids = column(v, "nat_tx_id" if name.startswith("national") else "lcl_tx_id")
-            out[name] = _lookup(ids, tax_rates, "tx_id", "tx_name" if name.endswith("desc") else "tx_rate")
+            out[name] = lookup(ids, tax_rates, "tx_id", "tx_name" if name.endswith("desc") else "tx_rate")
         elif name in prospect.DEMOGRAPHICS:
             # from Prospect.csv lines, once the versions are collected (`jobs.prospect.with_demographics`)
             out[name] = pa.nulls(n, schema.field(name).type)

@@ -56,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.arrow_ops import column, date_ids, sort
+from jobs.arrow_ops import column, date_ids, lookup, sort
 from jobs.messages import ALERT, ALERT_COLUMNS, alert_table
 from jobs.valid_at import take as take_valid
 from jobs.valid_at import valid_versions
@@ -151,11 +151,6 @@ def _last(where: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.maximum.reduceat(at, starts) if len(where) else at
 
 
-def _take(values: pa.Array, rows: np.ndarray) -> pa.Array:
-    """`values` at `rows`; NULL where a row is NONE."""
-    return values.take(pa.array(np.maximum(rows, 0), pa.int64(), mask=rows == NONE))
-
-
 def trade_states(records: pa.Table, trade_types: pa.Table) -> pa.Table:
     """One row per trade (sorted by trade id): the latest Trade fields, `batchid` (their TPC-DI batch),
     `create_ts`, `close_ts`, and `_micro` (the last micro-batch that staged a record of the trade), `_seen` (the last
@@ -173,7 +168,7 @@ def trade_states(records: pa.Table, trade_types: pa.Table) -> pa.Table:
     sbmt = _first(_mask(pc.equal(status, "SBMT")), starts)
     insert = _first(_mask(pc.equal(data["cdc_flag"], "I")), starts)
     close = _last(_mask(pc.is_in(status, value_set=pa.array(CLOSE_STATUSES, STRING))), starts)
-    trade_type = _take(column(data, "t_tt_id"), last)
+    trade_type = take_valid(column(data, "t_tt_id"), last)
     markets = column(trade_types, "tt_id").filter(pc.equal(trade_types["tt_is_mrkt"], 1))
     market = _mask(pc.is_in(trade_type, value_set=markets))
     # the earliest of the records that can create the trade (rows are in the declared order)
@@ -188,10 +183,10 @@ def trade_states(records: pa.Table, trade_types: pa.Table) -> pa.Table:
             "tradeid": pa.array(ids[starts], pa.int64()),
             "_micro": pa.array(np.maximum.reduceat(micro, starts) if len(ids) else micro, pa.int64()),
             "_seen": pa.array(np.maximum.reduceat(seen, starts) if len(ids) else seen, pa.int32()),
-            **{v: _take(column(data, v), last) for v in VALUES},
-            "batchid": _take(column(data, "source_batch"), last),
-            "create_ts": _take(ts, create),
-            "close_ts": _take(ts, close),
+            **{v: take_valid(column(data, v), last) for v in VALUES},
+            "batchid": take_valid(column(data, "source_batch"), last),
+            "create_ts": take_valid(ts, create),
+            "close_ts": take_valid(ts, close),
         }
     )
 
@@ -225,10 +220,6 @@ def valid_on(keys: pa.Array, days: pa.Array, dim: pa.Table, dim_key: str, take: 
     rows = valid_versions(keys, day_numbers, dim[dim_key], dim["effectivedate"], dim["enddate"])
     rows = np.where(known, rows, NONE)
     return {c: take_valid(dim[c], rows) for c in take}
-
-
-def _lookup(codes: pa.Array, table: pa.Table, key: str, value: str) -> pa.Array:
-    return column(table, value).take(pc.index_in(codes, value_set=column(table, key)))
 
 
 def hold_reasons(states: pa.Table, keys: dict[str, pa.Array], status: pa.Array, kind: pa.Array) -> pa.Array:
@@ -273,8 +264,8 @@ def build_trades(
     day = pc.cast(states["create_ts"], pa.date32())
     keys = valid_on(states["t_s_symb"], day, securities, "symbol", ["sk_securityid", "sk_companyid"])
     keys |= valid_on(states["t_ca_id"], day, accounts, "accountid", ["sk_accountid", "sk_customerid", "sk_brokerid"])
-    status = _lookup(column(states, "t_st_id"), status_types, "st_id", "st_name")
-    kind = _lookup(column(states, "t_tt_id"), trade_types, "tt_id", "tt_name")
+    status = lookup(column(states, "t_st_id"), status_types, "st_id", "st_name")
+    kind = lookup(column(states, "t_tt_id"), trade_types, "tt_id", "tt_name")
     created, created_at = date_time_ids(column(states, "create_ts"))
     closed, closed_at = date_time_ids(column(states, "close_ts"))
     return pa.table(
@@ -403,7 +394,7 @@ def touched_trades(
     """The states of the trades to recompute in micro-batch `batch_id`: those with a record in it, the held
     ones, and those on the changed accounts/securities (`t_ca_id` / `t_s_symb` values); never the rejected
     ones. `holds` is the holds table before this micro-batch."""
-    state = _take(column(holds, "state"), _positions(states["tradeid"], holds["tradeid"]))
+    state = take_valid(column(holds, "state"), _positions(states["tradeid"], holds["tradeid"]))
     touched = _mask(pc.equal(states["_micro"], batch_id)) | _mask(pc.equal(state, HELD))
     touched |= _naming(states, changed_accounts, changed_symbols)
     return states.filter(pa.array(touched & ~_mask(pc.equal(state, REJECTED)), pa.bool_()))
