@@ -50,7 +50,7 @@ from jobs.messages import commit_alert_changes
 from jobs.scope import BatchScope
 from jobs.windows_lateness import ALERT_SOURCE, LATE, NO_TIME, late_alerts, late_mask, watermark_moves
 from jobs.windows_routing import rerouted, rerouted_spans
-from jobs.windows_slices import ALIGN_US, US_PER_DAY, results, session_span, us, window_span
+from jobs.windows_slices import ALIGN_US, US_PER_DAY, results, session_span, slice_rows, us, window_span
 from jobs.windows_sources import SOURCES, Changes
 from schemas import warehouse as wh
 from schemas import windows as ws
@@ -95,15 +95,28 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     sources = [src for source, src in SOURCES.items() if ws.windows_of(source)]
     if not sources or scope.committed(ctx, STEP, ws.WINDOW_WATERMARKS):  # the watermarks commit comes last
         return out
+    for table in (*ws.SLICE_TABLES.values(), ws.WINDOW_LATEST):  # empty until a window answered when queried needs it
+        if not ctx.lake.exists(table):
+            ctx.lake.ensure_table(table)
     days = rerouted(ctx, scope)
-    marks, deletes = [], []
+    marks, deletes, ends, ended = [], [], [], []
     for src in sources:
         done = run_source(ctx, scope, src, days)
         if done is not None:
-            rows, latest, gone = done
+            rows, latest, gone, before = done
             out |= rows
             marks.append(_marks(src.name, latest))
             deletes.append(_marks(src.name, dict.fromkeys(gone, 0)).select(list(ws.WINDOW_WATERMARKS.key)))
+            if ws.slice_keep(src.name) and _latest(before) != _latest(latest):
+                (ends if latest else ended).append(_ends(src.name, _latest(latest)))
+    if ends or ended:  # what the views over the slices judge a window's age by (schemas.windows)
+        ctx.lake.upsert(
+            ws.WINDOW_LATEST,
+            pa.concat_tables(ends) if ends else ws.WINDOW_LATEST.arrow_schema().empty_table(),
+            app_id=scope.app_id(STEP, ws.WINDOW_LATEST),
+            version=scope.batch_id,
+            deletes=pa.concat_tables(ended).select(list(ws.WINDOW_LATEST.key)) if ended else None,
+        )
     if marks:
         ctx.lake.upsert(
             ws.WINDOW_WATERMARKS,
@@ -113,6 +126,21 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
             deletes=pa.concat_tables(deletes),
         )
     return out
+
+
+def _latest(latest: Mapping[int, int]) -> int | None:
+    """The latest event time of all of a source's records (late ones included), from its latest per batch."""
+    return max(latest.values()) if latest else None
+
+
+def _ends(source: str, latest: int | None) -> pa.Table:
+    """The `warehouse.window_latest` row of one source."""
+    return pa.table(
+        {
+            "source": pa.array([source], pa.large_string()),
+            "latest": pa.array([latest or 0], pa.timestamp("us", tz="UTC")),
+        }
+    ).cast(ws.WINDOW_LATEST.arrow_schema())
 
 
 def _marks(source: str, latest: dict[int, int]) -> pa.Table:
@@ -128,11 +156,11 @@ def _marks(source: str, latest: dict[int, int]) -> pa.Table:
 
 def run_source(
     ctx: JobContext, scope: BatchScope, src, rerouted_days: dict[str, list[tuple[int, int]]]
-) -> tuple[dict[str, int], dict[int, int], list[int]] | None:
+) -> tuple[dict[str, int], dict[int, int], list[int], dict[int, int]] | None:
     """One source's windows: what its changes, the re-routings and its moved watermarks touch (the module's doc).
-    Commits the window rows and the Alerts; returns (rows written per table, the latest event time per TPC-DI
-    batch after the micro-batch, batches that no longer have one) for `run` to commit last, or None when the
-    micro-batch touched nothing of the source."""
+    Commits the window rows, the slices and the Alerts; returns (rows written per table, the latest event time per
+    TPC-DI batch after the micro-batch, batches that no longer have one, the latest per batch before it) for `run`
+    to commit last, or None when the micro-batch touched nothing of the source."""
     source = src.name
     table = ws.WINDOW_TABLES[source]
     changes = src.changes(ctx, scope)
@@ -153,6 +181,17 @@ def run_source(
         rows, gone = computed.rows, computed.gone
         ctx.lake.upsert(table, rows, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
         out[table.name] = out.get(table.name, 0) + rows.num_rows
+    slices = ws.SLICE_TABLES[source]
+    if computed is not None and (computed.slices.num_rows or computed.slices_gone.num_rows):
+        if not scope.committed(ctx, STEP, slices):
+            ctx.lake.upsert(
+                slices,
+                computed.slices,
+                app_id=scope.app_id(STEP, slices),
+                version=scope.batch_id,
+                deletes=computed.slices_gone,
+            )
+        out[slices.name] = computed.slices.num_rows
     if computed is not None and (computed.alerts.num_rows or _late_alerts_exist(ctx, source)):
         owners = pa.concat_arrays([computed.judged(), changes.ident.cast(pa.large_string())]).to_pylist()
         written = commit_alert_changes(
@@ -161,7 +200,7 @@ def run_source(
         if written:
             out[wh.DI_MESSAGES.name] = written
     log.info("AG micro-batch %s: %s windows: %s", scope.batch_id, source, out)
-    return out, latest, sorted(set(before) - set(latest))
+    return out, latest, sorted(set(before) - set(latest)), before
 
 
 def _late_alerts_exist(ctx: JobContext, source: str) -> bool:
@@ -179,6 +218,8 @@ class Computed:
     gone: pa.Table  # keys of window rows to delete (recomputed away, or older than their window's horizon)
     alerts: pa.Table  # late-record alerts of the records judged
     judged: Callable[[], pa.Array]  # message keys of the records whose lateness was judged (made when needed)
+    slices: pa.Table  # slices to upsert (the levels of the windows answered when queried)
+    slices_gone: pa.Table  # keys of slices to delete
 
 
 def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -190,7 +231,11 @@ def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def horizon(window: ws.Window, latest: Mapping[int, int]) -> int:
     """The end of time before which `window`'s rows are not kept: its `keep` before the source's latest record."""
-    return max(latest.values()) - us(window.keep) if latest else NO_TIME
+    return _horizon(us(window.keep), latest)
+
+
+def _horizon(keep_us: int, latest: Mapping[int, int]) -> int:
+    return max(latest.values()) - keep_us if latest else NO_TIME
 
 
 def _hull(spans: list[tuple[int, int]]) -> tuple[int, int] | None:
@@ -214,9 +259,10 @@ def compute(
     source = src.name
     grace = us(ws.GRACE[source])
     table = ws.WINDOW_TABLES[source]
-    windows = ws.windows_of(source)
+    windows = ws.stored_of(source)
+    keeps = {level: us(k) for level, k in ws.slice_keep(source).items()}
     spans = list(spans)
-    aged = []
+    aged, aged_slices = [], []
     for w in windows:
         old, new = horizon(w, before), horizon(w, latest)
         if new < old:  # a latest record went away: rows behind the old horizon may come back
@@ -224,11 +270,22 @@ def compute(
         elif new > old and ctx.lake.exists(table):
             cond = (pc.field("window_name") == w.name) & (pc.field("window_end") <= _stamp(new))
             aged.append(_stored(ctx, table, cond).select(list(table.key)))
+    slice_table = ws.SLICE_TABLES[source]
+    unit = us(ws.SLICE[source])
+    for level, keep in keeps.items():  # a slice is kept while it ends after its level's horizon
+        old, new = _horizon(keep, before), _horizon(keep, latest)
+        if new < old:
+            spans.append((max(new, 0), old))
+        elif new > old and ctx.lake.exists(slice_table):
+            cond = (pc.field("level") == level) & (pc.field("slice_start") <= _stamp(new - unit))
+            aged_slices.append(_stored(ctx, slice_table, cond).select(list(slice_table.key)))
     span = _hull(spans)
     rows = table.arrow_schema().empty_table()
     gone = table.arrow_schema().empty_table().select(list(table.key))
+    slices = slice_table.arrow_schema().empty_table()
+    slices_gone = slices.select(list(slice_table.key))
     if span is not None:
-        rows, gone = _recompute(ctx, src, windows, span, latest)
+        rows, gone, slices, slices_gone = _recompute(ctx, src, windows, span, latest, keeps)
     judged_span = _hull(moves)
     mine = changes.after
     ts, batch = changes.ts[mine], changes.batch[mine]
@@ -244,18 +301,35 @@ def compute(
         stamps = ao.first_of_groups(ao.sort(pa.concat_tables([stamps, more.cast(stamps.schema)]), ["ident"]), ["ident"])
         judged.append(lambda: more_ident)
     alerts = late_alerts(source, stamps, latest)
-    if not aged and span is None and not len(ts) and judged_span is None:
+    if not aged and not aged_slices and span is None and not len(ts) and judged_span is None:
         return None
     gone = pa.concat_tables([gone, *aged]) if aged else gone
-    return Computed(rows, gone, alerts, lambda: pa.concat_arrays([j().cast(pa.large_string()) for j in judged]))
+    slices_gone = pa.concat_tables([slices_gone, *aged_slices]) if aged_slices else slices_gone
+    return Computed(
+        rows,
+        gone,
+        alerts,
+        lambda: pa.concat_arrays([j().cast(pa.large_string()) for j in judged]),
+        slices,
+        slices_gone,
+    )
 
 
-def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple[int, int], latest: dict[int, int]):
-    """(rows to upsert, keys to delete) of the windows that overlap `span` and end after their
-    horizon. Sessions may chain back past their horizon: the read starts a day before it and goes further back
-    while a kept session begins within its gap of the read's start."""
+def _recompute(
+    ctx: JobContext,
+    src,
+    windows: tuple[ws.Window, ...],
+    span: tuple[int, int],
+    latest: dict[int, int],
+    keeps: Mapping[str, int],
+):
+    """(rows to upsert, keys to delete) of the stored `windows` that overlap `span` and end after their
+    horizon, then the same of the slices of the levels of `keeps` that `span` touches. Sessions may chain back past
+    their horizon: the read starts a day before it and goes further back while a kept session begins within its
+    gap of the read's start."""
     source = src.name
     table = ws.WINDOW_TABLES[source]
+    slice_table = ws.SLICE_TABLES[source]
     unit = us(ws.SLICE[source])
     conds: list[tuple[ws.Window, pc.Expression, tuple[int, int] | None]] = []
     for w in windows:
@@ -297,14 +371,28 @@ def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple
             need = (max(lo, h - gap - US_PER_DAY) if h != NO_TIME else lo, hi)
         needs.append(need)
         stored.append(rows)
+    stored_slices = slice_table.arrow_schema().empty_table()
+    if keeps:  # whole slices: the span's first to its last
+        lo = ALIGN_US + (span[0] - ALIGN_US) // unit * unit
+        hi = ALIGN_US + ((span[1] - 1 - ALIGN_US) // unit + 1) * unit
+        needs.append((lo, hi))
+        cond = (
+            pc.field("level").isin(sorted(keeps))
+            & (pc.field("slice_start") >= _stamp(lo))
+            & (pc.field("slice_start") < _stamp(hi))
+        )
+        stored_slices = _stored(ctx, slice_table, cond)
     if not needs:
-        return table.arrow_schema().empty_table(), table.arrow_schema().empty_table().select(list(table.key))
+        empty = table.arrow_schema().empty_table()
+        none = slice_table.arrow_schema().empty_table()
+        return empty, empty.select(list(table.key)), none, none.select(list(slice_table.key))
     read = (min(n[0] for n in needs), max(n[1] for n in needs))
     earliest = min([read[0], *(lo for _, lo in sessions)])
     while True:
         records = src.read(ctx, read)
         late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
-        new = kept(results(source, records.filter(~late), windows, span, table), windows, latest)
+        on_time = records.filter(~late)
+        new = kept(results(source, on_time, windows, span, table), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         names = new["window_name"].to_pylist() if sessions and read[0] > earliest else []
         cut = any(
@@ -314,7 +402,11 @@ def _recompute(ctx: JobContext, src, windows: tuple[ws.Window, ...], span: tuple
         if not cut:
             break
         read = (max(earliest, read[0] - 2 * (read[1] - read[0])), read[1])
-    return ao.changes_against(new, pa.concat_tables(stored), table.key)
+    rows, gone = ao.changes_against(new, pa.concat_tables([table.arrow_schema().empty_table(), *stored]), table.key)
+    if not keeps:
+        return rows, gone, stored_slices, stored_slices.select(list(slice_table.key))
+    new_slices = slice_rows(source, on_time, keeps, span, _latest(latest), slice_table)
+    return rows, gone, *ao.changes_against(new_slices, stored_slices, slice_table.key)
 
 
 def kept(rows: pa.Table, windows: tuple[ws.Window, ...], latest: Mapping[int, int]) -> pa.Table:

@@ -32,10 +32,7 @@ US_PER_DAY = 86_400_000_000
 ALIGN_US = (ws.ALIGN - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
 
 # measure -> operator, per source; `first` and `last` (event times) serve sessions
-MEASURES: dict[str, dict[str, str]] = {
-    ws.TRADES: {"trades": "sum", "quantity": "sum", "value": "sum", "commission": "sum", "fee": "sum"},
-    ws.MARKET: {"days": "sum", "volume": "sum", "high": "max", "low": "min"},
-}
+MEASURES = ws.MEASURES
 TIMES = {"first": "min", "last": "max"}
 MONEY = {"value": 18, "commission": 18, "fee": 18, "high": 8, "low": 8}  # cents -> decimal(precision, 2)
 
@@ -210,3 +207,36 @@ def session_span(stored: pa.Table, span: tuple[int, int], gap_us: int) -> tuple[
         end = stored["window_end"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         lo, hi = min(lo, int(start.min())), max(hi, int(end.max()))
     return lo, hi
+
+
+def slice_rows(
+    source: str, records: Records, keeps: Mapping[str, int], span: tuple[int, int], latest: int | None, table: Table
+) -> pa.Table:
+    """The rows of `table` (the source's slice table) for the levels of `keeps`: per level, node and slice the
+    partial aggregate of `records` (on-time records covering every slice that [lo, hi) of event time touches),
+    for the slices `span` touches that end after `latest - keeps[level]` (`latest`: the source's latest record)."""
+    unit = us(ws.SLICE[source])
+    first, last = (int(i) for i in slice_index(np.array([span[0], span[1] - 1]), unit))
+    parts = []
+    for level in sorted(keeps):
+        nodes, slices = slice_partials(records, level, unit, MEASURES[source])
+        codes, _, s = slicing.key_parts(slices.keys)
+        start = ALIGN_US + s * unit
+        keep = (s >= first) & (s <= last)
+        if latest is not None:
+            keep &= start + unit > latest - keeps[level]
+        mask = pa.array(keep, pa.bool_())
+        n = int(keep.sum())
+        cols: dict[str, pa.Array] = {
+            "level": pa.array([level] * n, pa.large_string()),
+            "node": nodes.take(pa.array(codes, pa.int64())).filter(mask).cast(pa.large_string()),
+            "slice_start": pa.array(start[keep], pa.timestamp("us", tz="UTC")),
+        }
+        for c in table.column_names[3:]:
+            v = slices.values[c][keep]
+            cols[c] = ao.decimals(v, MONEY[c], 2) if c in MONEY else pa.array(v, pa.int64())
+        parts.append(pa.table(cols).cast(table.arrow_schema()))
+    if not parts:
+        return table.arrow_schema().empty_table()
+    out = pa.concat_tables(parts)
+    return ao.sort(out, list(table.key)) if out.num_rows else out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from schemas import sources as src
 from schemas.model import Column as C
 from schemas.model import Table
-from schemas.windows import MARKET_WINDOWS, TRADE_WINDOWS
+from schemas.windows import MARKET_WINDOW_SLICES, MARKET_WINDOWS, TRADE_WINDOW_SLICES, TRADE_WINDOWS, WINDOW_LATEST
 
 # The reference tables are loaded from their Batch1 files as they are (TPC-DI 1.1.0, 4.5.1-4.5.3), so they
 # declare the very columns of their source files.
@@ -408,7 +408,13 @@ SECURITY_TABLES: tuple[Table, ...] = (DIM_COMPANY, DIM_SECURITY, FINANCIAL)
 ACCOUNT_TABLES: tuple[Table, ...] = (DIM_CUSTOMER, DIM_ACCOUNT, PROSPECT)
 TRADE_TABLES: tuple[Table, ...] = (DIM_TRADE, FACT_CASH_BALANCES, FACT_HOLDINGS)
 MARKET_TABLES: tuple[Table, ...] = (FACT_MARKET_HISTORY, FACT_WATCHES)
-WINDOW_TABLES: tuple[Table, ...] = (TRADE_WINDOWS, MARKET_WINDOWS)
+WINDOW_TABLES: tuple[Table, ...] = (
+    TRADE_WINDOWS,
+    MARKET_WINDOWS,
+    TRADE_WINDOW_SLICES,
+    MARKET_WINDOW_SLICES,
+    WINDOW_LATEST,
+)
 WAREHOUSE_TABLES: tuple[Table, ...] = (
     *REFERENCE_TABLES,
     DIM_BROKER,

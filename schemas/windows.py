@@ -19,6 +19,15 @@ record of the key closes it), all over the same slices of their source: a window
 it covers (`jobs.slicing`). Tumbling and sliding windows are aligned to 1970-01-05, a Monday, so that weeks start
 on Mondays and days at midnight. Only windows that hold a record are written.
 
+**Stored or answered when queried** (`Window.stored`): a stored window's rows are kept in `trade_windows` or
+`market_windows` and refreshed every micro-batch its records touch, so they cost the stream rows written per
+window. A window declared `stored=False` costs the stream nothing of its own: the step keeps the **slices** of its
+levels (`trade_window_slices`, `market_window_slices`: per level, node and slice the partial aggregate) and the
+latest event time per source (`window_latest`), and PostgreSQL answers the window when it is queried, combining the
+slices each window covers (the views `dw.trade_window_answers` and `dw.market_window_answers`, same columns as the
+stored tables). Many concurrent windows over the same levels then share one set of slices; only tumbling and
+sliding windows can be answered this way (a session is a chain of records, stored).
+
 **Retention** (`Window.keep`, 92 days unless declared): live windows answer what is happening now, so a window's
 rows are kept while they end less than `keep` before the latest event time of the source's records (a week of
 hourly windows, a year of weekly ones); older rows are deleted as the data moves on. Like the watermark, this is a
@@ -55,6 +64,11 @@ LEVELS: dict[str, tuple[str, ...]] = {
     MARKET: (SECURITY, COMPANY, INDUSTRY, SECTOR),
 }
 
+# measure -> how slices and windows combine it, per source (`trades`: money in cents while combined)
+MEASURES: dict[str, dict[str, str]] = {
+    TRADES: {"trades": "sum", "quantity": "sum", "value": "sum", "commission": "sum", "fee": "sum"},
+    MARKET: {"days": "sum", "volume": "sum", "high": "max", "low": "min"},
+}
 SLICE: dict[str, dt.timedelta] = {TRADES: dt.timedelta(hours=1), MARKET: dt.timedelta(days=1)}
 GRACE: dict[str, dt.timedelta] = {TRADES: dt.timedelta(days=1), MARKET: dt.timedelta(days=7)}
 ALIGN = dt.datetime(1970, 1, 5, tzinfo=dt.UTC)  # a Monday: weeks start on Mondays
@@ -73,6 +87,7 @@ class Window:
     slide: dt.timedelta | None = None
     keep: dt.timedelta = dt.timedelta(days=92)
     doc: str = ""
+    stored: bool = True
 
     def __post_init__(self) -> None:
         if self.source not in SLICE:
@@ -88,6 +103,10 @@ class Window:
             raise ValueError(f"window {self.name}: slide {self.slide} is not a positive multiple of the slice {unit}")
         if self.keep < self.size:
             raise ValueError(f"window {self.name}: keep {self.keep} is shorter than the window")
+        if not self.stored and self.kind == SESSION:
+            raise ValueError(
+                f"window {self.name}: a session window is stored (stored=False is for tumbling and sliding)"
+            )
         unknown = set(self.levels) - set(LEVELS[self.source])
         if not self.levels or unknown:
             raise ValueError(f"window {self.name}: levels {sorted(unknown)} are not levels of {self.source}")
@@ -139,6 +158,17 @@ WINDOWS: tuple[Window, ...] = (
         doc="the last 7 days per sector, every day",
     ),
     Window(
+        "trades_24h_hourly",
+        TRADES,
+        SLIDING,
+        dt.timedelta(hours=24),
+        (INDUSTRY, SECTOR),
+        slide=dt.timedelta(hours=1),
+        keep=dt.timedelta(days=7),
+        stored=False,
+        doc="the last 24 hours per industry and sector, every hour (answered when queried, from the slices)",
+    ),
+    Window(
         "account_sessions",
         TRADES,
         SESSION,
@@ -160,6 +190,22 @@ WINDOWS: tuple[Window, ...] = (
 
 def windows_of(source: str, windows: tuple[Window, ...] = WINDOWS) -> tuple[Window, ...]:
     return tuple(w for w in windows if w.source == source)
+
+
+def stored_of(source: str, windows: tuple[Window, ...] | None = None) -> tuple[Window, ...]:
+    """The windows of `source` whose rows are stored (`Window.stored`)."""
+    return tuple(w for w in (windows_of(source) if windows is None else windows) if w.stored)
+
+
+def slice_keep(source: str, windows: tuple[Window, ...] | None = None) -> dict[str, dt.timedelta]:
+    """Per level of `source` that a window answered when queried uses: how long before the source's latest record
+    its slices are kept (the longest `keep + size` of those windows, so that every window they answer is whole)."""
+    out: dict[str, dt.timedelta] = {}
+    for w in windows_of(source) if windows is None else windows:
+        if w.source == source and not w.stored:
+            for level in w.levels:
+                out[level] = max(out.get(level, dt.timedelta(0)), w.keep + w.size)
+    return out
 
 
 def check_windows(windows: tuple[Window, ...]) -> None:
@@ -236,3 +282,43 @@ WINDOW_WATERMARKS = Table(
 )
 
 WINDOW_TABLES: dict[str, Table] = {TRADES: TRADE_WINDOWS, MARKET: MARKET_WINDOWS}
+
+_SLICE_KEY = (
+    C("level", "string", False, "hierarchy level, as in the window tables"),
+    C("node", "string", False, "the level's natural key, as in the window tables"),
+    C("slice_start", "timestamp", False, "first instant of the slice (an hour of trades, a day of market data)"),
+)
+
+
+def _slices(source: str, stored: Table) -> Table:
+    return Table(
+        name=f"{source.removesuffix('s')}_window_slices",
+        layer="warehouse",
+        columns=(*_SLICE_KEY, *stored.columns[len(_KEY) :]),
+        key=("level", "node", "slice_start"),
+        order_by=("slice_start", "level", "node"),
+        doc=(
+            f"Per level, node and slice, the partial aggregate of the on-time {source} records: what the windows "
+            "declared stored=False are answered from when queried (schemas.windows)."
+        ),
+    )
+
+
+TRADE_WINDOW_SLICES = _slices(TRADES, TRADE_WINDOWS)
+MARKET_WINDOW_SLICES = _slices(MARKET, MARKET_WINDOWS)
+SLICE_TABLES: dict[str, Table] = {TRADES: TRADE_WINDOW_SLICES, MARKET: MARKET_WINDOW_SLICES}
+
+WINDOW_LATEST = Table(
+    name="window_latest",
+    layer="warehouse",
+    columns=(
+        C("source", "string", False, "trades or market"),
+        C("latest", "timestamp", False, "latest event time of the source's records, late ones included"),
+    ),
+    key=("source",),
+    order_by=("source",),
+    doc=(
+        "The latest event time per source with windows answered when queried: a window ending `keep` or more before "
+        "it is not answered (schemas.windows)."
+    ),
+)

@@ -62,7 +62,21 @@ ORDER BY commission DESC, broker
 LIMIT 10""",
 )
 
-NAMED_QUERIES: dict[str, NamedQuery] = {q.name: q for q in (TRADE_SUMMARY, SECTOR_DAY, BROKER_WEEK)}
+SECTOR_24H = NamedQuery(
+    name="sector_24h",
+    description=(
+        "the last 24 hours per sector, up to the hour of the latest completed trade: trades, shares and value "
+        "traded (the window trades_24h_hourly, answered when queried from the slices: dw.trade_window_answers)"
+    ),
+    sql="""SELECT node AS sector, window_start, window_end, trades, quantity, value
+FROM dw.trade_window_answers
+WHERE window_name = 'trades_24h_hourly' AND level = 'sector'
+  AND window_end = (SELECT max(window_end) FROM dw.trade_window_answers
+                    WHERE window_name = 'trades_24h_hourly' AND level = 'sector')
+ORDER BY value DESC, sector""",
+)
+
+NAMED_QUERIES: dict[str, NamedQuery] = {q.name: q for q in (TRADE_SUMMARY, SECTOR_DAY, BROKER_WEEK, SECTOR_24H)}
 
 
 def resolve(sql_or_name: str) -> tuple[str | None, str]:

@@ -58,6 +58,7 @@ from streamdi.warehouse_model import (
     pg_qualified_name,
     pg_schema,
 )
+from streamdi.window_views import views_over
 
 log = logging.getLogger(__name__)
 # psycopg warns when it cannot end a COPY on a connection that is already gone ("error ignored terminating ..."):
@@ -171,6 +172,7 @@ class Warehouse:
                 manage_roles=self._manage_roles,
                 dedicated_roles=self.dedicated_roles,
                 passwords=self._passwords,
+                views=views_over(tables),
             )
         self._ensured = (self._ensured or set()) | by_name.keys()
         log.info("warehouse objects ensured (%d declared tables)", len(tables))

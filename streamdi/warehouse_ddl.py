@@ -244,12 +244,13 @@ def create_objects(
     manage_roles: bool,
     dedicated_roles: bool,
     passwords: dict[str, str | None],
+    views: Iterable[sql.Composable] = (),
 ) -> None:
     """Inside the admin's transaction `conn`, serialized across processes: refuse drift, then create what is missing
-    (schemas `dw` and `streamdi`, the ledger, the batch metrics, each of `tables` with its indexes, the bulk-load
-    functions), the two roles when `manage_roles` (with `passwords` by role key, when given), and their privileges
-    when `dedicated_roles`. Raises WarehouseSchemaError, creating nothing, when an existing table differs from its
-    declaration."""
+    (schemas `dw` and `streamdi`, the ledger, the batch metrics, each of `tables` with its indexes, `views` (over
+    those tables), the bulk-load functions), the two roles when `manage_roles` (with `passwords` by role key, when
+    given), and their privileges when `dedicated_roles`. Raises WarehouseSchemaError, creating nothing, when an
+    existing table differs from its declaration."""
     tables = list(tables)
     conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.ensure_objects'))")
     problems = [p for t in tables for p in _drift(conn, t)]
@@ -266,6 +267,8 @@ def create_objects(
     conn.execute(_METRICS_DDL)
     for table in tables:
         conn.execute(_create_table(table))
+    for view in views:  # after the tables they read, before the grants that cover them
+        conn.execute(view)
     conn.execute(_BULK_LOAD_DDL)
     if manage_roles:
         _ensure_roles(conn, passwords)

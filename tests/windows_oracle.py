@@ -43,8 +43,9 @@ def _group(rows: list[dict], key: str) -> dict:
     return out
 
 
-def expected_windows(lake) -> dict[str, list[dict]]:
-    """The rows of trade_windows and market_windows, sorted by their key, from the lake's dimensions and facts."""
+def expected_windows(lake, stored: bool = True) -> dict[str, list[dict]]:
+    """The rows of trade_windows and market_windows, sorted by their key, from the lake's dimensions and facts
+    (`stored=False`: the rows of the windows answered when queried, what the views over the slices return)."""
     securities = _rows(lake, "warehouse", "dimsecurity")
     companies = _rows(lake, "warehouse", "dimcompany")
     # an industry name several Industry rows share (generated data) names the one with the lowest IN_ID
@@ -104,8 +105,8 @@ def expected_windows(lake) -> dict[str, list[dict]]:
         measures = {"days": 1, "volume": r["volume"], "high": r["dayhigh"], "low": r["daylow"]}
         market.append((when, r["batchid"], security_nodes(r["symbol"], day, r["sk_companyid"]), measures))
     return {
-        "trade_windows": _windows(ws.TRADES, _on_time(trades, ws.GRACE[ws.TRADES]), _latest(trades)),
-        "market_windows": _windows(ws.MARKET, _on_time(market, ws.GRACE[ws.MARKET]), _latest(market)),
+        "trade_windows": _windows(ws.TRADES, _on_time(trades, ws.GRACE[ws.TRADES]), _latest(trades), stored),
+        "market_windows": _windows(ws.MARKET, _on_time(market, ws.GRACE[ws.MARKET]), _latest(market), stored),
     }
 
 
@@ -143,10 +144,13 @@ def _combine(acc: dict, measures: dict) -> None:
             acc[name] += value
 
 
-def _windows(source: str, records: list[tuple], latest: dt.datetime | None) -> list[dict]:
-    """Every window of `source` holding an on-time record and ending after `latest` minus its `keep`."""
+def _windows(source: str, records: list[tuple], latest: dt.datetime | None, stored: bool) -> list[dict]:
+    """Every window of `source` (the stored ones, or those answered when queried) holding an on-time record and
+    ending after `latest` minus its `keep`."""
     out = []
     for w in ws.windows_of(source):
+        if w.stored != stored:
+            continue
         for level in w.levels:
             if w.kind == ws.SESSION:
                 by_node: dict = defaultdict(list)
@@ -198,6 +202,27 @@ def stored_windows(lake) -> dict[str, list[dict]]:
     for name in ("trade_windows", "market_windows"):
         rows = _rows(lake, "warehouse", name)
         out[name] = sorted(rows, key=lambda r: (r["window_name"], r["level"], r["node"], r["window_start"]))
+    return out
+
+
+def answered_rows(answers: dict[str, list[dict]]) -> dict[str, list[tuple]]:
+    """The oracle's windows answered when queried (`expected_windows(lake, stored=False)`) as the views'
+    rows: (window_name, level, node, window_start, window_end, measures...) in key order, and what the named
+    query `sector_24h` returns."""
+
+    def naive(value):  # PostgreSQL's timestamp (without time zone) holds UTC
+        return value.replace(tzinfo=None) if isinstance(value, dt.datetime) else value
+
+    out = {}
+    for view, table in (("trade_window_answers", ws.TRADE_WINDOWS), ("market_window_answers", ws.MARKET_WINDOWS)):
+        out[view] = [tuple(naive(r[c]) for c in table.column_names) for r in answers[table.name]]
+    rows = [r for r in answers["trade_windows"] if r["window_name"] == "trades_24h_hourly" and r["level"] == "sector"]
+    last = max((r["window_end"] for r in rows), default=None)
+    latest = sorted((r for r in rows if r["window_end"] == last), key=lambda r: (-r["value"], r["node"]))
+    out["sector_24h"] = [
+        (r["node"], naive(r["window_start"]), naive(r["window_end"]), r["trades"], r["quantity"], r["value"])
+        for r in latest
+    ]
     return out
 
 

@@ -49,8 +49,16 @@ def test_crash_after_a_random_commit_then_rerun_equals_the_uncrashed_run(seed, b
 
 # Commits of the warehouse's later steps, crashed right after in Batch2: the step's other commits (its alerts, the
 # market slices, the tables after it in the step) are missing when the rerun starts.
-NAMED = ("T3/factholdings", "T4/factmarkethistory", "AG/trade_windows") + at_scale(
-    (), ("T2/prospect", "T3/factcashbalances", "T4/market_slices", "T4/factwatches", "AG/market_windows")
+NAMED = ("T3/factholdings", "T4/factmarkethistory", "AG/trade_windows", "AG/trade_window_slices") + at_scale(
+    (),
+    (
+        "T2/prospect",
+        "T3/factcashbalances",
+        "T4/market_slices",
+        "T4/factwatches",
+        "AG/market_windows",
+        "AG/window_latest",
+    ),
 )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_runs import STREAMDI, copy_home, env_for, snapshot
-from windows_oracle import expected_windows, named_query_rows, stored_windows
+from windows_oracle import answered_rows, expected_windows, named_query_rows, stored_windows
 
 from streamdi import embedded_pg
 from streamdi.batchlog import BatchLog
@@ -135,16 +135,26 @@ def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_pa
     # them in PostgreSQL
     oracle = expected_windows(home / "lake")
     assert stored_windows(home / "lake") == oracle
+    # and so do the windows answered when queried, from the slices in PostgreSQL
     settings = Settings(home=home)
     try:
-        got = {
-            name: open_warehouse(settings).query(NAMED_QUERIES[name].sql)[1] for name in ("sector_day", "broker_week")
-        }
+        warehouse = open_warehouse(settings)
+        got = {name: warehouse.query(NAMED_QUERIES[name].sql)[1] for name in ("sector_day", "broker_week")}
+        answered = {name: warehouse.query(NAMED_QUERIES[name].sql)[1] for name in ("sector_24h",)}
+        for view in ("trade_window_answers", "market_window_answers"):
+            answered[view] = warehouse.query(
+                f"SELECT * FROM dw.{view} ORDER BY window_name, level, node, window_start"
+            )[1]
     finally:
         embedded_pg.stop_server(settings)
     expected_rows = named_query_rows(oracle)
     assert expected_rows["sector_day"] and expected_rows["broker_week"]
     assert {k: [tuple(r) for r in v] for k, v in got.items()} == expected_rows
+    expected_answers = answered_rows(expected_windows(home / "lake", stored=False))
+    assert expected_answers["trade_window_answers"] and expected_answers["sector_24h"]
+    assert {k: sorted(tuple(r) for r in v) for k, v in answered.items()} == {
+        k: sorted(v) for k, v in expected_answers.items()
+    }
 
     status = subprocess.run([STREAMDI, "stream", "status"], env=env_for(home), capture_output=True, text=True)
     assert status.returncode == 0, status.stderr

@@ -122,6 +122,20 @@ class World:
             if r["window_name"] == name and r["level"] == level
         )
 
+    def slices(self, level: str) -> list[tuple]:
+        """(node, slice start, trades, quantity, value) of `trade_window_slices` at `level`."""
+        if not self.ctx.lake.exists(ws.TRADE_WINDOW_SLICES):
+            return []
+        rows = self.ctx.lake.read_arrow(ws.TRADE_WINDOW_SLICES).to_pylist()
+        return sorted(
+            (r["node"], str(r["slice_start"])[:16], r["trades"], r["quantity"], r["value"])
+            for r in rows
+            if r["level"] == level
+        )
+
+    def latest(self) -> list[tuple]:
+        return [(r["source"], str(r["latest"])[:16]) for r in self.ctx.lake.read_arrow(ws.WINDOW_LATEST).to_pylist()]
+
     def alerts(self) -> list[tuple]:
         if not self.ctx.lake.exists(wh.DI_MESSAGES):
             return []
@@ -133,7 +147,7 @@ class World:
     def tables(self) -> dict:
         return {
             t.name: sorted(self.ctx.lake.read_arrow(t).to_pylist(), key=lambda r: tuple(r[k] for k in t.key))
-            for t in (ws.TRADE_WINDOWS, ws.WINDOW_WATERMARKS, wh.DI_MESSAGES)
+            for t in (ws.TRADE_WINDOWS, ws.TRADE_WINDOW_SLICES, ws.WINDOW_LATEST, ws.WINDOW_WATERMARKS, wh.DI_MESSAGES)
         }
 
 
@@ -190,12 +204,25 @@ def test_late_records_hierarchy_changes_and_corrections_micro_batch_by_micro_bat
     ]
     hours += [("TC", "2017-07-06 10:00", "2017-07-06 11:00", 2, 70)]
     assert w.windows("trades_hour", "sector") == hours
+    # the slices of trades_24h_hourly (answered when queried) at its two levels: the on-time trades per hour,
+    # trade 4 in the slice of its corrected time; the latest record is trade 4's 10:30
+    assert w.slices("sector") == [
+        ("TC", "2017-07-03 10:00", 1, 10, Decimal("100.00")),
+        ("TC", "2017-07-04 11:00", 1, 20, Decimal("200.00")),
+        ("TC", "2017-07-06 10:00", 2, 70, Decimal("700.00")),
+    ]
+    assert w.slices("industry") == [("SW", *r[1:]) for r in w.slices("sector")]
+    assert w.slices("broker") == []  # no window answered when queried is at the broker level
+    assert w.latest() == [("trades", "2017-07-06 10:30")]
 
     # a week and a bit later (batch 3): the hourly windows keep 7 days, so those ending by 07-13 13:00 go; the
     # daily ones keep 92 days
     w.commit(4, wh.DIM_TRADE, [trade(5, "2017-07-20 13:00:00", 3, 50)])
     w.run(4, 3)
     assert w.windows("trades_hour", "sector") == [("TC", "2017-07-20 13:00", "2017-07-20 14:00", 1, 50)]
+    # slices are kept for trades_24h_hourly's keep (7 days) plus its size (a day): those ending by 07-12 13:00 go
+    assert w.slices("sector") == [("TC", "2017-07-20 13:00", 1, 50, Decimal("500.00"))]
+    assert w.latest() == [("trades", "2017-07-20 13:00")]
     assert [r[1] for r in w.windows("trades_day", "sector")] == [
         "2017-07-03 00:00",
         "2017-07-04 00:00",
