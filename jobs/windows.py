@@ -95,9 +95,6 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     sources = [src for source, src in SOURCES.items() if ws.windows_of(source)]
     if not sources or scope.committed(ctx, STEP, ws.WINDOW_WATERMARKS):  # the watermarks commit comes last
         return out
-    for table in (*ws.SLICE_TABLES.values(), ws.WINDOW_LATEST):  # empty until a window answered when queried needs it
-        if not ctx.lake.exists(table):
-            ctx.lake.ensure_table(table)
     days = rerouted(ctx, scope)
     marks, deletes, ends, ended = [], [], [], []
     for src in sources:
@@ -109,7 +106,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
             deletes.append(_marks(src.name, dict.fromkeys(gone, 0)).select(list(ws.WINDOW_WATERMARKS.key)))
             if ws.slice_keep(src.name) and _latest(before) != _latest(latest):
                 (ends if latest else ended).append(_ends(src.name, _latest(latest)))
-    if ends or ended:  # what the views over the slices judge a window's age by (schemas.windows)
+    if marks:  # what the views over the slices judge a window's age by (schemas.windows); often no change
         ctx.lake.upsert(
             ws.WINDOW_LATEST,
             pa.concat_tables(ends) if ends else ws.WINDOW_LATEST.arrow_schema().empty_table(),
@@ -182,7 +179,7 @@ def run_source(
         ctx.lake.upsert(table, rows, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
         out[table.name] = out.get(table.name, 0) + rows.num_rows
     slices = ws.SLICE_TABLES[source]
-    if computed is not None and (computed.slices.num_rows or computed.slices_gone.num_rows):
+    if computed is not None:  # committed like the window rows, empty when no window is answered when queried
         if not scope.committed(ctx, STEP, slices):
             ctx.lake.upsert(
                 slices,

@@ -59,6 +59,9 @@ EXPECTED_COUNTS = {
     "factwatches": 0,
     "trade_windows": 0,
     "market_windows": 0,
+    "trade_window_slices": 0,
+    "market_window_slices": 0,
+    "window_latest": 0,
     # DM: the 24 validation rows and a phase-complete row for batch 0 (before Batch1) and for batch 1
     "dimessages": 50,
 }
