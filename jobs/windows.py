@@ -369,8 +369,9 @@ def _recompute(
         needs.append(need)
         stored.append(rows)
     stored_slices = slice_table.arrow_schema().empty_table()
-    if keeps:  # whole slices: the span's first to its last
-        lo = ALIGN_US + (span[0] - ALIGN_US) // unit * unit
+    if keeps:  # whole slices: the span's first to its last, from the first a level keeps (Batch1: not five years)
+        first = span[0] if not latest else max(span[0], _latest(latest) - max(keeps.values()) - unit)
+        lo = ALIGN_US + (min(first, span[1] - 1) - ALIGN_US) // unit * unit
         hi = ALIGN_US + ((span[1] - 1 - ALIGN_US) // unit + 1) * unit
         needs.append((lo, hi))
         cond = (

@@ -217,6 +217,8 @@ def slice_rows(
     for the slices `span` touches that end after `latest - keeps[level]` (`latest`: the source's latest record)."""
     unit = us(ws.SLICE[source])
     first, last = (int(i) for i in slice_index(np.array([span[0], span[1] - 1]), unit))
+    if latest is not None and keeps:  # only the records of slices that can be kept (Batch1: days of five years)
+        records = records.filter(records.ts >= latest - max(keeps.values()) - unit)
     parts = []
     for level in sorted(keeps):
         nodes, slices = slice_partials(records, level, unit, MEASURES[source])
