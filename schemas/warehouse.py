@@ -312,6 +312,7 @@ FACT_CASH_BALANCES = Table(
     pg_indexes=(("sk_accountid",),),
     file_bytes=4 * 1024 * 1024,  # a micro-batch adds its days at the end of the date order
     doc="Cash balance of every account at the end of every day with cash transactions.",
+    new_keys_mostly=True,
 )
 
 FACT_HOLDINGS = Table(
@@ -335,6 +336,7 @@ FACT_HOLDINGS = Table(
     pg_indexes=(("currenttradeid",), ("sk_accountid",)),
     file_bytes=4 * 1024 * 1024,  # a micro-batch's holdings are those of its latest trades
     doc="One row per change of a holding (HoldingHistory), keyed through the DimTrade row of the current trade.",
+    new_keys_mostly=True,
 )
 
 FACT_WATCHES = Table(
@@ -385,6 +387,7 @@ FACT_MARKET_HISTORY = Table(
     pg_indexes=(("sk_securityid",), ("sk_dateid",)),
     file_bytes=8 * 1024 * 1024,  # a micro-batch adds its days at the end of the date order
     doc="Daily market data per security with its 52-week high and low, P/E ratio and yield.",
+    new_keys_mostly=True,
 )
 
 DI_MESSAGES = Table(

@@ -30,6 +30,7 @@ import json
 import logging
 import operator
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -67,6 +69,9 @@ METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
 FIRST_COMMIT = "00000000000000000000.json"  # a Delta log's first commit file
 LAST_CHECKPOINT = "_last_checkpoint"  # names a Delta log's newest checkpoint
+
+
+DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse (`Lake._dataset`)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ class Lake:
         self._spark_factory = spark_factory
         self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
+        self._datasets: OrderedDict[tuple, ds.Dataset] = OrderedDict()  # (path, first commit, version) -> dataset
+        self._datasets_lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -199,13 +206,36 @@ class Lake:
 
     def read_columns(self, table: Table, columns: list[str]) -> pa.Table:
         """Only `columns` of the latest snapshot, read with delta-rs (no Spark), in no particular order."""
-        return self._delta(table).to_pyarrow_table(columns=columns)
+        return self._dataset(table, self._delta(table)).to_table(columns=columns)
 
     def read_where(self, table: Table, condition: pc.Expression, columns: list[str] | None = None) -> pa.Table:
         """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
         Spark), in the declared column types and no particular order; only `columns` when given."""
         names = list(columns) if columns is not None else table.column_names
-        return self._scan(self._delta(table), table, names, condition)
+        delta = self._delta(table)
+        return self._scan(delta, table, names, condition, self._dataset(table, delta))
+
+    def _dataset(self, table: Table, delta: DeltaTable) -> ds.Dataset:
+        """The pyarrow dataset of `delta`'s snapshot, built once per table version: a dataset keeps its files'
+        Parquet footers once read, so later scans of the same version skip files and row groups by statistics
+        without opening them again (a filtered DimTrade read at SF 6: ~25 ms built afresh, ~10 ms on a kept
+        dataset; the steps of a micro-batch read the same dimension versions many times)."""
+        path = self.path(table)
+        stamp = _first_commit_stamp(path)
+        if stamp is None:
+            return delta.to_pyarrow_dataset()
+        key = (path, stamp, delta.version())
+        with self._datasets_lock:
+            kept = self._datasets.get(key)
+            if kept is not None:
+                self._datasets.move_to_end(key)
+                return kept
+        dataset = delta.to_pyarrow_dataset()
+        with self._datasets_lock:
+            self._datasets[key] = dataset
+            while len(self._datasets) > DATASETS_KEPT:
+                self._datasets.popitem(last=False)
+        return dataset
 
     def read_if_exists(
         self, table: Table, columns: list[str] | None = None, condition: pc.Expression | None = None
@@ -218,14 +248,20 @@ class Lake:
         return self.read_columns(table, names) if condition is None else self.read_where(table, condition, names)
 
     @staticmethod
-    def _scan(delta: DeltaTable, table: Table, columns: list[str], condition: pc.Expression) -> pa.Table:
-        """`columns` (in the declared types) of the rows of `delta` where `condition` holds. The condition goes
-        into the scan, which skips files and row groups by their statistics. delta-rs's MERGE writes string
-        columns as `string_view`, which a pyarrow scan cannot compare with a string: in a table with such files,
-        the rows are read whole and filtered after the read."""
+    def _scan(
+        delta: DeltaTable,
+        table: Table,
+        columns: list[str],
+        condition: pc.Expression,
+        dataset: ds.Dataset | None = None,
+    ) -> pa.Table:
+        """`columns` (in the declared types) of the rows of `delta` (or of its `dataset`) where `condition` holds.
+        The condition goes into the scan, which skips files and row groups by their statistics. delta-rs's MERGE
+        writes string columns as `string_view`, which a pyarrow scan cannot compare with a string: in a table with
+        such files, the rows are read whole and filtered after the read."""
         schema = table.arrow_schema()
         wanted = pa.schema([schema.field(n) for n in columns])
-        dataset = delta.to_pyarrow_dataset()
+        dataset = dataset if dataset is not None else delta.to_pyarrow_dataset()
         try:
             return dataset.to_table(columns=columns, filter=condition).select(columns).cast(wanted)
         except pa.ArrowNotImplementedError:
@@ -420,6 +456,12 @@ class Lake:
             # nothing to match or delete in an empty table: the MERGE would insert every row, which an
             # append does at a fraction of the cost (the first load of every table)
             write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
+        elif (
+            mode == "merge" and table.new_keys_mostly and doomed is None and not self._keys_present(delta, table, data)
+        ):
+            # no row's key is in the table yet: the MERGE would insert them all, which an append does at a
+            # fraction of the cost (facts of new days, holdings of new trades; a MERGE costs 0.1-0.2 s however small)
+            write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
         elif mode == "merge":
             read_version = delta.version()
             self._merge(delta, table, data, props, doomed)
@@ -431,6 +473,23 @@ class Lake:
                 write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
         else:
             write_deltalake(delta, data, mode=mode, commit_properties=props, writer_properties=WRITER)
+
+    @staticmethod
+    def _keys_present(delta: DeltaTable, table: Table, data: pa.Table) -> bool:
+        """Whether a key of `data` is in the table: the key columns of the files and row groups whose statistics
+        overlap the range of the rows' key columns are read, narrowed to the values the rows have, and matched on
+        the whole key. The range leaves string columns out (a condition on one is read whole from files a MERGE
+        wrote, see `_scan`); a key of strings only is taken as present, without a look."""
+        key = list(table.key)
+        ranged = [k for k in key if table.column(k).type != "string"]
+        if not ranged:
+            return True
+        near = reduce(operator.and_, [within_range(k, data[k]) for k in ranged])
+        present = Lake._scan(delta, table, key, near)
+        for k in key:
+            if present.num_rows:
+                present = present.filter(pc.is_in(present[k], value_set=pc.unique(data[k])))
+        return present.num_rows > 0 and data.select(key).join(present, key, join_type="inner").num_rows > 0
 
     def _delete_keys(self, table: Table, deletes: DataFrame | pa.Table | None) -> pa.Table | None:
         if deletes is None:

@@ -5,6 +5,7 @@ fresh process without Spark, the table protocol, schema drift, and crashes just 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -253,6 +254,72 @@ def test_upsert_inserts_new_keys_updates_changed_rows_and_a_replay_is_a_no_op(sp
     assert lake.read_arrow(table).to_pylist() == expected
 
 
+def test_upsert_of_new_keys_only_is_an_append_with_the_same_rows_feed_and_replay(lake_dir):
+    """No key of the rows is in the table: the commit is an append (no MERGE), with the rows, the change feed and
+    the app transaction a MERGE would give; one key present, or a key of strings only, and it is a MERGE again.
+    Only for a table declared `new_keys_mostly`: the others are merged without the look."""
+    lake = Lake(lake_dir)
+    table = dataclasses.replace(lake_table("upsert_new_keys"), new_keys_mostly=True)
+    lake.append(table, arrow_rows(table, [row(1), row(5)]), app_id="load", version=1)
+
+    lake.upsert(table, arrow_rows(table, [row(3), row(7)]), app_id="merge", version=1)  # 3: inside 1..5, new
+
+    history = DeltaTable(str(lake.path(table))).history()
+    assert history[0]["operation"] == "WRITE"  # newest first
+    assert lake.read_arrow(table).sort_by("id").to_pylist() == [row(1), row(3), row(5), row(7)]
+    assert feed(lake, table, 2, 2) == [change("insert", 2, row(3)), change("insert", 2, row(7))]
+    assert lake.upsert(table, arrow_rows(table, [row(9)]), app_id="merge", version=1).committed is False
+
+    lake.upsert(table, arrow_rows(table, [row(7, name="changed"), row(8)]), app_id="merge", version=2)
+    assert DeltaTable(str(lake.path(table))).history()[0]["operation"] == "MERGE"
+    assert feed(lake, table, 3, 3) == [
+        change("update_preimage", 3, row(7)),
+        change("update_postimage", 3, row(7, name="changed")),
+        change("insert", 3, row(8)),
+    ]
+
+    named = Table(
+        "upsert_string_key",
+        "warehouse",
+        (C("k", "string", False), C("v", "int")),
+        key=("k",),
+        order_by=("k",),
+        new_keys_mostly=True,
+    )
+    lake.append(named, pa.table({"k": ["a"], "v": [1]}).cast(named.arrow_schema()), app_id="load", version=1)
+    lake.upsert(named, pa.table({"k": ["b"], "v": [2]}).cast(named.arrow_schema()), app_id="merge", version=1)
+    assert DeltaTable(str(lake.path(named))).history()[0]["operation"] == "MERGE"  # not looked at: merged
+
+    # a key of a string and a number (FactMarketHistory's symbol and day), in files a MERGE wrote: the day's range
+    # is read, the pairs matched
+    mixed = Table(
+        "upsert_mixed_key",
+        "warehouse",
+        (C("k", "string", False), C("d", "int", False), C("v", "int")),
+        key=("k", "d"),
+        order_by=("k", "d"),
+        new_keys_mostly=True,
+    )
+
+    def rows(*values: tuple) -> pa.Table:
+        return pa.table({"k": [v[0] for v in values], "d": [v[1] for v in values], "v": [v[2] for v in values]}).cast(
+            mixed.arrow_schema()
+        )
+
+    lake.append(mixed, rows(("a", 1, 1), ("b", 1, 1)), app_id="load", version=1)
+    lake.upsert(mixed, rows(("a", 2, 2), ("b", 1, 9)), app_id="merge", version=1)  # b@1 is there: a MERGE
+    assert DeltaTable(str(lake.path(mixed))).history()[0]["operation"] == "MERGE"
+    lake.upsert(mixed, rows(("b", 2, 3), ("c", 1, 4)), app_id="merge", version=2)  # new pairs, known days
+    assert DeltaTable(str(lake.path(mixed))).history()[0]["operation"] == "WRITE"
+    got = sorted((r["k"], r["d"], r["v"]) for r in lake.read_arrow(mixed).to_pylist())
+    assert got == [("a", 1, 1), ("a", 2, 2), ("b", 1, 9), ("b", 2, 3), ("c", 1, 4)]
+
+    plain = lake_table("upsert_undeclared")  # not new_keys_mostly: merged, new keys or not
+    lake.append(plain, arrow_rows(plain, [row(1)]), app_id="load", version=1)
+    lake.upsert(plain, arrow_rows(plain, [row(2)]), app_id="merge", version=1)
+    assert DeltaTable(str(lake.path(plain))).history()[0]["operation"] == "MERGE"
+
+
 def test_upsert_of_rows_equal_to_the_target_changes_nothing_and_still_records_the_transaction(lake_dir):
     lake = Lake(lake_dir)
     table = lake_table("upsert_equal")
@@ -400,6 +467,28 @@ def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_p
     assert [r["id"] for r in lake.read_arrow(table).to_pylist()] == [3, 4, 5]
     assert lake.committed_version(table, "a") == 3
     assert [c.table_version for c in lake.history(table)] == [0, 1, 2, 3]
+
+
+def test_filtered_reads_never_serve_a_kept_dataset_of_an_older_or_replaced_table(lake_dir):
+    """`read_where` and `read_columns` reuse the dataset of the version they read; a commit by another Lake, a
+    compaction, or the table removed and created again at the SAME version number are read afresh."""
+    lake, other = Lake(lake_dir), Lake(lake_dir)
+    table = lake_table("kept_datasets")
+
+    def ids() -> list[int]:
+        return sorted(r["id"] for r in lake.read_where(table, pc.field("id") >= 0, ["id"]).to_pylist())
+
+    lake.append(table, arrow_rows(table, [row(1)]), app_id="a", version=1)
+    assert ids() == [1] and ids() == [1]
+    other.append(table, arrow_rows(table, [row(2)]), app_id="a", version=2)
+    assert ids() == [1, 2]
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == [1, 2]
+    shutil.rmtree(other.path(table))  # created again: version 2 again, other rows
+    other.append(table, arrow_rows(table, [row(3)]), app_id="a", version=1)
+    other.append(table, arrow_rows(table, [row(4)]), app_id="a", version=2)
+    assert lake.version(table) == 2
+    assert ids() == [3, 4]
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == [3, 4]
 
 
 def test_a_table_exists_once_its_log_has_a_commit_even_after_the_first_one_is_cleaned_up(lake_dir):
