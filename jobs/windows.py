@@ -232,7 +232,7 @@ def horizon(window: ws.Window, latest: Mapping[int, int]) -> int:
 
 
 def _horizon(keep_us: int, latest: Mapping[int, int]) -> int:
-    return max(latest.values()) - keep_us if latest else NO_TIME
+    return _latest(latest) - keep_us if latest else NO_TIME
 
 
 def _hull(spans: list[tuple[int, int]]) -> tuple[int, int] | None:

@@ -191,10 +191,17 @@ def window_table(name: str, level: str, rows: Mapping, keep: np.ndarray, table: 
         "window_start": pa.array(rows["window_start"][keep], pa.timestamp("us", tz="UTC")),
         "window_end": pa.array(rows["window_end"][keep], pa.timestamp("us", tz="UTC")),
     }
-    for c in table.column_names[5:]:
-        v = rows[c][keep]
-        cols[c] = ao.decimals(v, MONEY[c], 2) if c in MONEY else pa.array(v, pa.int64())
+    cols |= measure_columns(rows, keep, table.column_names[5:])
     return pa.table(cols).cast(table.arrow_schema())
+
+
+def measure_columns(values: Mapping[str, np.ndarray], keep: np.ndarray, names: list[str]) -> dict[str, pa.Array]:
+    """The measures `names` of `values` (int64; money in cents) where `keep` holds, as Arrow columns (money as
+    decimals)."""
+    return {
+        c: ao.decimals(values[c][keep], MONEY[c], 2) if c in MONEY else pa.array(values[c][keep], pa.int64())
+        for c in names
+    }
 
 
 def session_span(stored: pa.Table, span: tuple[int, int], gap_us: int) -> tuple[int, int]:
@@ -234,9 +241,7 @@ def slice_rows(
             "node": nodes.take(pa.array(codes, pa.int64())).filter(mask).cast(pa.large_string()),
             "slice_start": pa.array(start[keep], pa.timestamp("us", tz="UTC")),
         }
-        for c in table.column_names[3:]:
-            v = slices.values[c][keep]
-            cols[c] = ao.decimals(v, MONEY[c], 2) if c in MONEY else pa.array(v, pa.int64())
+        cols |= measure_columns(slices.values, keep, table.column_names[3:])
         parts.append(pa.table(cols).cast(table.arrow_schema()))
     if not parts:
         return table.arrow_schema().empty_table()

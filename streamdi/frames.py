@@ -7,7 +7,8 @@ unchanged (the reference tables, Batch1's staged records). `FrameCache` keeps th
 keyed by (table path, files), for the SparkSession that built them.
 
 It sits in the platform layer under `streamdi.lake` (its only user) and knows nothing of Delta: the caller hands
-it the key and a function that builds the DataFrame.
+it the key and a function that builds the DataFrame. The same least-recently-used store (`Kept`) keeps `Lake`'s
+pyarrow datasets of table versions.
 """
 
 from __future__ import annotations
@@ -15,34 +16,44 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
 FRAMES_KEPT = 64  # snapshot DataFrames a cache keeps for reuse
+V = TypeVar("V")
 
 
-class FrameCache:
-    """The last `kept` DataFrames by key, least recently used dropped first; safe to share between threads."""
+class Kept(Generic[V]):
+    """The last `kept` values by key, least recently used dropped first; safe to share between threads. Used for
+    snapshot DataFrames (`Lake.read`) and for the pyarrow datasets of table versions (`Lake._dataset`)."""
 
     def __init__(self, kept: int = FRAMES_KEPT) -> None:
         self.kept = kept
-        self._frames: OrderedDict[Hashable, DataFrame] = OrderedDict()
+        self._values: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get_or_build(self, key: Hashable, spark: SparkSession, build: Callable[[], DataFrame]) -> DataFrame:
-        """The DataFrame kept for `key` when `spark` built it, else `build()` (called without the lock), kept."""
+    def get_or_build(self, key: Hashable, build: Callable[[], V], reusable: Callable[[V], bool] = lambda _: True) -> V:
+        """The value kept for `key` when `reusable` accepts it, else `build()` (called without the lock), kept."""
         with self._lock:
-            kept = self._frames.get(key)
-            if kept is not None and kept.sparkSession is spark:
-                self._frames.move_to_end(key)
+            kept = self._values.get(key)
+            if kept is not None and reusable(kept):
+                self._values.move_to_end(key)
                 return kept
-        frame = build()
+        value = build()
         with self._lock:
-            self._frames[key] = frame
-            while len(self._frames) > self.kept:
-                self._frames.popitem(last=False)
-        return frame
+            self._values[key] = value
+            while len(self._values) > self.kept:
+                self._values.popitem(last=False)
+        return value
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._frames)
+            return len(self._values)
+
+
+class FrameCache(Kept[DataFrame]):
+    """Snapshot DataFrames, each reused only by the SparkSession that built it."""
+
+    def frame(self, key: Hashable, spark: SparkSession, build: Callable[[], DataFrame]) -> DataFrame:
+        return self.get_or_build(key, build, lambda frame: frame.sparkSession is spark)

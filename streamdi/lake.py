@@ -30,7 +30,6 @@ import json
 import logging
 import operator
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from pyspark.sql import functions as F
 from schemas.model import Table
 from streamdi.errors import LakeDiskFull
 from streamdi.faults import fault_point
-from streamdi.frames import FRAMES_KEPT, FrameCache
+from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.spark import arrow_frame, literal_frame
 
@@ -111,8 +110,7 @@ class Lake:
         self._spark_factory = spark_factory
         self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
-        self._datasets: OrderedDict[tuple, ds.Dataset] = OrderedDict()  # (path, first commit, version) -> dataset
-        self._datasets_lock = threading.Lock()
+        self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -224,18 +222,7 @@ class Lake:
         stamp = _first_commit_stamp(path)
         if stamp is None:
             return delta.to_pyarrow_dataset()
-        key = (path, stamp, delta.version())
-        with self._datasets_lock:
-            kept = self._datasets.get(key)
-            if kept is not None:
-                self._datasets.move_to_end(key)
-                return kept
-        dataset = delta.to_pyarrow_dataset()
-        with self._datasets_lock:
-            self._datasets[key] = dataset
-            while len(self._datasets) > DATASETS_KEPT:
-                self._datasets.popitem(last=False)
-        return dataset
+        return self._datasets.get_or_build((path, stamp, delta.version()), delta.to_pyarrow_dataset)
 
     def read_if_exists(
         self, table: Table, columns: list[str] | None = None, condition: pc.Expression | None = None
@@ -281,7 +268,7 @@ class Lake:
         files = self._delta(table, version).file_uris()
         if not files:
             return self.empty(table)
-        return self._frames.get_or_build(
+        return self._frames.frame(
             (str(self.path(table)), tuple(files)),
             spark,
             lambda: (

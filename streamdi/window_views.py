@@ -22,7 +22,6 @@ from schemas.model import Table
 from streamdi.warehouse_ddl import pg_name, pg_schema, pg_type
 
 VIEW_NAMES: dict[str, str] = {ws.TRADES: "trade_window_answers", ws.MARKET: "market_window_answers"}
-_OPS = {"max": "max", "min": "min", "sum": "sum"}  # schemas.windows.MEASURES -> SQL aggregate
 
 
 def _qualified(table: Table) -> sql.Composable:
@@ -40,7 +39,7 @@ def _window_select(window: ws.Window, stored: Table, slices: Table) -> sql.Compo
     start = sql.SQL("{} + k * make_interval(secs => {})").format(align, slide)
     measures = [
         sql.SQL("{}(s.{})::{} AS {}").format(
-            sql.SQL(_OPS[ws.MEASURES[window.source][c.name]]),
+            sql.SQL(ws.MEASURES[window.source][c.name]),  # sum, max, min: SQL's aggregates of the same names
             sql.Identifier(c.name),
             sql.SQL(pg_type(c.type)),
             sql.Identifier(c.name),
