@@ -196,6 +196,7 @@ TRADE = SourceFile(
         C("t_tax", "decimal(10,2)"),
     ),
     doc="Trades: in Batch1 one line per trade in its last state; incrementally one line per status change.",
+    resident=True,
 )
 
 TRADE_HISTORY = SourceFile(
@@ -208,6 +209,7 @@ TRADE_HISTORY = SourceFile(
         C("th_st_id", "string", False),
     ),
     doc="Status history of the Batch1 trades (SBMT/PNDG -> CMPT or CNCL).",
+    resident=True,
 )
 
 CASH_TRANSACTION = SourceFile(
@@ -220,6 +222,7 @@ CASH_TRANSACTION = SourceFile(
         C("ct_amt", "decimal(10,2)", False),
         C("ct_name", "string", False),
     ),
+    resident=True,
 )
 
 HOLDING_HISTORY = SourceFile(
@@ -232,6 +235,7 @@ HOLDING_HISTORY = SourceFile(
         C("hh_before_qty", "int", False),
         C("hh_after_qty", "int", False),
     ),
+    resident=True,
 )
 
 DAILY_MARKET = SourceFile(
@@ -258,6 +262,7 @@ WATCH_HISTORY = SourceFile(
         C("w_dts", "timestamp", False, fmt=TIMESTAMP),
         C("w_action", "string", False, "ACTV or CNCL"),
     ),
+    resident=True,
 )
 
 _PHONES = tuple(C(f"c_{part}_{n}", "string") for n in (1, 2, 3) for part in ("ctry", "area", "local", "ext"))

@@ -247,6 +247,7 @@ TRADE_WINDOWS = Table(
     order_by=("window_name", "window_start", "level", "node"),
     pg_indexes=(("window_name", "level", "window_start"),),
     file_bytes=2 * 1024 * 1024,  # new windows come at the end of the start order: a MERGE rewrites the last files
+    resident=True,  # step AG reads one version of it once per declared window
     doc="Live windows over completed trades (schemas.windows), rolled up along the security and account hierarchies.",
 )
 

@@ -10,7 +10,7 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING
 
-from streamdi.lake import Lake
+from streamdi.lake import MIB, Lake
 from streamdi.settings import Settings
 
 if TYPE_CHECKING:
@@ -26,7 +26,9 @@ class JobContext:
     def __init__(self, settings: Settings, spark: SparkSession | None = None, lake: Lake | None = None) -> None:
         self.settings = settings
         self._spark = spark
-        self.lake = lake or Lake(settings.lake_root, spark, spark_factory=lambda: self.spark)
+        self.lake = lake or Lake(
+            settings.lake_root, spark, spark_factory=lambda: self.spark, resident_bytes=settings.resident_mb * MIB
+        )
         self._warehouse: Warehouse | None = None
         self._starting = threading.Lock()
         self._opening = threading.Lock()

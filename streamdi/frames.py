@@ -8,7 +8,7 @@ keyed by (table path, files), for the SparkSession that built them.
 
 It sits in the platform layer under `streamdi.lake` (its only user) and knows nothing of Delta: the caller hands
 it the key and a function that builds the DataFrame. The same least-recently-used store (`Kept`) keeps `Lake`'s
-pyarrow datasets of table versions.
+pyarrow datasets of table versions, and (with a byte budget) the whole snapshots of its resident tables.
 """
 
 from __future__ import annotations
@@ -26,26 +26,59 @@ V = TypeVar("V")
 
 class Kept(Generic[V]):
     """The last `kept` values by key, least recently used dropped first; safe to share between threads. Used for
-    snapshot DataFrames (`Lake.read`) and for the pyarrow datasets of table versions (`Lake._dataset`)."""
+    snapshot DataFrames (`Lake.read`), the pyarrow datasets of table versions (`Lake._dataset`) and, with a
+    `budget` on the sum of `weigh(value)`, the whole snapshots of resident tables (`Lake._whole`): a value
+    heavier than the budget is returned but not kept."""
 
-    def __init__(self, kept: int = FRAMES_KEPT) -> None:
+    def __init__(self, kept: int = FRAMES_KEPT, *, budget: int | None = None, weigh: Callable[[V], int] | None = None):
         self.kept = kept
-        self._values: OrderedDict[Hashable, V] = OrderedDict()
+        self.budget = budget
+        self._weigh = weigh or (lambda _: 0)
+        self._values: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._weight = 0
         self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> V | None:
+        """The value kept for `key` (now the most recently used), or None."""
+        with self._lock:
+            kept = self._values.get(key)
+            if kept is None:
+                return None
+            self._values.move_to_end(key)
+            return kept[0]
+
+    def put(self, key: Hashable, value: V) -> V:
+        """Keep `value` for `key` (unless it alone outweighs the budget), dropping the least recently used values
+        beyond `kept` or the budget; returns `value`."""
+        weight = self._weigh(value)
+        with self._lock:
+            if key in self._values:
+                self._weight -= self._values.pop(key)[1]
+            if self.budget is not None and weight > self.budget:
+                return value
+            self._values[key] = (value, weight)
+            self._weight += weight
+            while len(self._values) > self.kept or (self.budget is not None and self._weight > self.budget):
+                self._weight -= self._values.popitem(last=False)[1][1]
+        return value
 
     def get_or_build(self, key: Hashable, build: Callable[[], V], reusable: Callable[[V], bool] = lambda _: True) -> V:
         """The value kept for `key` when `reusable` accepts it, else `build()` (called without the lock), kept."""
+        kept = self.get(key)
+        if kept is not None and reusable(kept):
+            return kept
+        return self.put(key, build())
+
+    def drop_where(self, doomed: Callable[[Hashable], bool]) -> None:
+        """Drop the values whose key `doomed` accepts."""
         with self._lock:
-            kept = self._values.get(key)
-            if kept is not None and reusable(kept):
-                self._values.move_to_end(key)
-                return kept
-        value = build()
+            for key in [k for k in self._values if doomed(k)]:
+                self._weight -= self._values.pop(key)[1]
+
+    @property
+    def weight(self) -> int:
         with self._lock:
-            self._values[key] = value
-            while len(self._values) > self.kept:
-                self._values.popitem(last=False)
-        return value
+            return self._weight
 
     def __len__(self) -> int:
         with self._lock:

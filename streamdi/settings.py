@@ -147,6 +147,13 @@ class Settings(BaseSettings):
         "Every open and every catch-up of a table reads the commits since its last checkpoint, so a low value keeps "
         "micro-batches quick (~17 ms per table maintained).",
     )
+    resident_mb: int = Field(
+        default=1024,
+        ge=0,
+        description="Memory (MiB of Arrow data) a process may use to hold whole snapshots of the resident tables "
+        "(Batch1's trade, cash, holding and watch history; the trade windows), which a warm process then filters in "
+        "memory instead of decoding every row group per read (0: none). A table larger than this is read from disk.",
+    )
     vacuum_retention_hours: int = Field(
         default=168,
         ge=0,
@@ -225,6 +232,7 @@ class Settings(BaseSettings):
             "STREAMDI_COMPACT_SMALL_FILES": str(self.compact_small_files),
             "STREAMDI_CHECKPOINT_EVERY": str(self.checkpoint_every),
             "STREAMDI_VACUUM_RETENTION_HOURS": str(self.vacuum_retention_hours),
+            "STREAMDI_RESIDENT_MB": str(self.resident_mb),
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
             "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",

@@ -883,3 +883,156 @@ def test_files_are_written_in_compressed_row_groups_of_bounded_size(tmp_path):
         assert all(g.num_rows <= ROW_GROUP_ROWS for g in groups), uri
         assert {g.column(c).compression for g in groups for c in range(g.num_columns)} == {"SNAPPY"}, uri
     assert lake.row_count(table) == count + 4
+
+
+def test_a_merge_reads_only_the_files_near_its_keys_even_when_they_span_the_table(tmp_path):
+    """The join bounds the target by the source's keys in ranges split at their widest gaps
+    (`streamdi.merge_bounds`): with a file from the middle of the key range gone from disk, upserts and deletes of
+    keys at both ends (DimTrade: old trades updated, new ones inserted) still succeed and change exactly their rows."""
+    lake = Lake(tmp_path)
+    base = lake_table("spanned")
+    table = Table(base.name, base.layer, base.columns, key=base.key, order_by=base.order_by, file_bytes=64 * 1024)
+    lake.append(table, arrow_rows(table, [row(i) for i in range(30_000)]), app_id="T3/x", version=1)
+    files = pa.table(DeltaTable(str(lake.path(table))).get_add_actions(flatten=True)).to_pylist()
+    middle = next(f for f in files if f["min.id"] <= 15_000 <= f["max.id"])
+    assert middle["min.id"] > 10 and middle["max.id"] < 29_990
+    (lake.path(table) / middle["path"]).unlink()
+
+    lake.upsert(
+        table,
+        arrow_rows(table, [row(3, name="old"), row(29_999, name="closed"), row(30_000)]),
+        app_id="T3/x",
+        version=2,
+    )
+    lake.upsert(
+        table,
+        arrow_rows(table, [row(30_001)]),
+        app_id="T3/x",
+        version=3,
+        deletes=pa.table({"id": pa.array([2, 29_998], pa.int64())}),
+    )
+    outer = (pc.field("id") <= 4) | (pc.field("id") >= 29_997)
+    assert lake.read_where(table, outer, ["id", "name"]).sort_by("id").to_pylist() == [
+        {"id": 0, "name": "name-0"},
+        {"id": 1, "name": "name-1"},
+        {"id": 3, "name": "old"},
+        {"id": 4, "name": "name-4"},
+        {"id": 29_997, "name": "name-29997"},
+        {"id": 29_999, "name": "closed"},
+        {"id": 30_000, "name": "name-30000"},
+        {"id": 30_001, "name": "name-30001"},
+    ]
+
+
+def test_a_merge_bounds_the_second_key_column_per_value_of_the_first(tmp_path):
+    """A key led by a column of few values (market slices: level, then block) is bounded per level: the newest
+    block of each level is rewritten although the blocks of all levels together span every file."""
+    lake = Lake(tmp_path)
+    table = Table(
+        "levels",
+        "warehouse",
+        (C("level", "int", False), C("block", "int", False), C("value", "bigint", False)),
+        key=("level", "block"),
+        order_by=("level", "block"),
+        file_bytes=16 * 1024,
+    )
+
+    def rows(pairs: list[tuple[int, int, int]]) -> pa.Table:
+        return pa.Table.from_pylist(
+            [{"level": lv, "block": b, "value": v} for lv, b, v in pairs], schema=table.arrow_schema()
+        )
+
+    lake.append(table, rows([(lv, b, 0) for lv in (1, 2) for b in range(20_000)]), app_id="T4/x", version=1)
+    files = pa.table(DeltaTable(str(lake.path(table))).get_add_actions(flatten=True)).to_pylist()
+    inner = [
+        f
+        for f in files
+        if (f["min.level"], f["min.block"]) > (1, 100) and (f["max.level"], f["max.block"]) < (2, 19_000)
+    ]
+    assert len(inner) >= 2
+    for f in inner:  # everything between level 1's first blocks and level 2's last ones
+        (lake.path(table) / f["path"]).unlink()
+
+    lake.upsert(table, rows([(1, 5, 1), (2, 19_999, 2), (2, 20_000, 3)]), app_id="T4/x", version=2)
+    edges = ((pc.field("level") == 1) & (pc.field("block") <= 6)) | (
+        (pc.field("level") == 2) & (pc.field("block") >= 19_998)
+    )
+    got = lake.read_where(table, edges).sort_by([("level", "ascending"), ("block", "ascending")]).to_pylist()
+    assert [(r["level"], r["block"], r["value"]) for r in got] == [
+        *[(1, b, 1 if b == 5 else 0) for b in range(7)],
+        (2, 19_998, 0),
+        (2, 19_999, 2),
+        (2, 20_000, 3),
+    ]
+
+
+def resident_table(name: str) -> Table:
+    base = lake_table(name)
+    return dataclasses.replace(base, resident=True)
+
+
+def hide_files(lake: Lake, table: Table, away: Path) -> None:
+    away.mkdir(exist_ok=True)
+    for f in lake.path(table).glob("*.parquet"):
+        f.rename(away / f.name)
+
+
+def restore_files(lake: Lake, table: Table, away: Path) -> None:
+    for f in away.glob("*.parquet"):
+        f.rename(lake.path(table) / f.name)
+
+
+def test_a_resident_table_is_filtered_in_memory_from_the_second_read_of_a_version(tmp_path):
+    """`Table.resident`: the first read of a version scans the files; from the second on the whole snapshot is held
+    in memory and filtered there (the same rows, the declared types; proven with the data files moved away). A new
+    version, from any writer, or the table created again at the same version number, is read from the files."""
+    lake, other = Lake(tmp_path / "lake"), Lake(tmp_path / "lake")
+    table = resident_table("resident")
+    away = tmp_path / "away"
+    lake.append(table, arrow_rows(table, [row(i) for i in range(100)]), app_id="a", version=1)
+    wanted = pc.field("id").isin(pa.array([3, 5, 97], pa.int64()))  # an int64 value set on the int column
+
+    first = lake.read_where(table, wanted)
+    assert first.sort_by("id").to_pylist() == [row(3), row(5), row(97)]
+    assert lake.read_where(table, wanted).sort_by("id").to_pylist() == [row(3), row(5), row(97)]
+    hide_files(lake, table, away)
+    held = lake.read_where(table, (pc.field("id") >= 98) | (pc.field("name") == "name-1"), ["name", "id"])
+    assert held.schema == pa.schema([table.arrow_schema().field("name"), table.arrow_schema().field("id")])
+    assert held.sort_by("id").to_pylist() == [
+        {"name": "name-1", "id": 1},
+        {"name": "name-98", "id": 98},
+        {"name": "name-99", "id": 99},
+    ]
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == list(range(100))
+
+    restore_files(lake, table, away)
+    other.append(table, arrow_rows(table, [row(100)]), app_id="a", version=2)
+    assert lake.read_where(table, pc.field("id") >= 99, ["id"]).sort_by("id")["id"].to_pylist() == [99, 100]
+
+    shutil.rmtree(other.path(table))  # created again: version 2 again, other rows
+    other.append(table, arrow_rows(table, [row(7)]), app_id="a", version=1)
+    other.append(table, arrow_rows(table, [row(8)]), app_id="a", version=2)
+    assert lake.read_where(table, pc.field("id") >= 0, ["id"]).sort_by("id")["id"].to_pylist() == [7, 8]
+
+
+@pytest.mark.parametrize("budget", [0, 1024], ids=["no-memory", "smaller-than-the-table"])
+def test_a_resident_table_is_read_from_its_files_when_it_does_not_fit_its_budget(tmp_path, budget):
+    lake = Lake(tmp_path / "lake", resident_bytes=budget)
+    table = resident_table("too_big")
+    lake.append(table, arrow_rows(table, [row(i) for i in range(2_000)]), app_id="a", version=1)
+    for _ in range(3):
+        assert lake.read_where(table, pc.field("id") == 5, ["id"])["id"].to_pylist() == [5]
+    hide_files(lake, table, tmp_path / "away")
+    with pytest.raises(OSError):
+        lake.read_where(table, pc.field("id") == 5, ["id"])
+
+
+def test_a_table_not_declared_resident_is_always_read_from_its_files(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    table = lake_table("not_resident")
+    lake.append(table, arrow_rows(table, [row(i) for i in range(10)]), app_id="a", version=1)
+    for _ in range(3):
+        assert lake.read_where(table, pc.field("id") == 5, ["id"])["id"].to_pylist() == [5]
+    hide_files(lake, table, tmp_path / "away")
+    with pytest.raises(OSError):
+        lake.read_where(table, pc.field("id") == 5, ["id"])
