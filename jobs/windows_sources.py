@@ -121,7 +121,12 @@ class TradeSource:
         return _joined("T_ID=", rows["tradeid"])
 
     def _completed(self, ctx: JobContext, cond: pc.Expression, columns: list[str]) -> pa.Table:
-        return ctx.lake.read_if_exists(self.table, columns, (pc.field("status") == "Completed") & cond)
+        """The completed trades where `cond` holds. The scan gets `cond` alone: a condition on a string column
+        cannot be pushed into a scan of MERGE-written files (`Lake._scan` then reads the whole table), and the
+        status is filtered after it (DimTrade at SF 6: ~120 ms -> ~10 ms per read)."""
+        wanted = list(dict.fromkeys([*columns, "status"]))
+        rows = ctx.lake.read_if_exists(self.table, wanted, cond)
+        return rows.filter(pc.equal(rows["status"], "Completed")).select(columns)
 
     def stamps(self, ctx: JobContext, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, pa.Array]:
         """(event time, TPC-DI batch, message key) of the records in `span`, without routing them."""
