@@ -111,6 +111,10 @@ class Table:
     # A micro-batch's upserts are mostly rows of new keys (a new day's facts, the holdings of new trades): `Lake`
     # looks for the rows' keys first and appends when none is there, instead of a MERGE (0.1-0.2 s however small).
     new_keys_mostly: bool = False
+    # A micro-batch's upserts carry many rows equal to the table's (T3 recomputes every trade of a changed account):
+    # `Lake` reads the table's rows of those keys first and leaves the equal ones out of the MERGE, whose reads then
+    # reach only the files of the rows that change.
+    skip_equal_rows: bool = False
     # A warm process reads this table often by keys scattered over all of it (Batch1's trade history, looked up by
     # trade, account or customer in every micro-batch; the trade windows, read seven times by step AG): such a read
     # decodes every row group (0.1-0.2 s at SF 6). `Lake` holds the whole snapshot in memory from the second read of

@@ -33,6 +33,7 @@ import stat
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from streamdi.batchlog import BatchFile, BatchLog, LandedFile
@@ -75,9 +76,11 @@ class Part:
         return f"{where}{self.stem}_batch{self.source_batch}_{self.number:04d}"
 
 
+@lru_cache(maxsize=65_536)
 def part_of(relative: str) -> Part | None:
     """The part a landing path names (`Trade_batch2_0003.txt`, `crm/Customer_batch2_0001_dup.txt`), None for a
-    whole file (`Batch2/Trade.txt`)."""
+    whole file (`Batch2/Trade.txt`). Kept per path: a micro-batch's ordering checks ask it for every staged record
+    and every registered file (~20,000 calls, ~0.2 s of a SF 6 stage, uncached)."""
     path = PurePosixPath(relative)
     match = _PART.match(path.name)
     if match is None:

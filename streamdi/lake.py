@@ -477,6 +477,9 @@ class Lake:
         doomed: pa.Table | None,
     ) -> None:
         """The write of `_commit` (data files, then one log entry with the app transaction)."""
+        others_present = True
+        if mode == "merge" and table.skip_equal_rows and data.num_rows and delta.get_add_actions().num_rows:
+            data, others_present = self._without_equal_rows(delta, table, data)
         if mode == "merge" and data.num_rows == 0 and (doomed is None or doomed.num_rows == 0):
             # nothing to upsert or delete: only the app transaction is recorded (an empty commit), without the
             # MERGE's planning and scan (most tables of a small micro-batch)
@@ -484,6 +487,9 @@ class Lake:
         elif mode == "merge" and not delta.get_add_actions().num_rows:
             # nothing to match or delete in an empty table: the MERGE would insert every row, which an
             # append does at a fraction of the cost (the first load of every table)
+            write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
+        elif mode == "merge" and doomed is None and not others_present:
+            # the rows left after the equal ones are all of new keys: appended, as below
             write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
         elif (
             mode == "merge" and table.new_keys_mostly and doomed is None and not self._keys_present(delta, table, data)
@@ -519,6 +525,34 @@ class Lake:
             if present.num_rows:
                 present = present.filter(pc.is_in(present[k], value_set=pc.unique(data[k])))
         return present.num_rows > 0 and data.select(key).join(present, key, join_type="inner").num_rows > 0
+
+    @staticmethod
+    def _without_equal_rows(delta: DeltaTable, table: Table, data: pa.Table) -> tuple[pa.Table, bool]:
+        """`data` without the rows equal, column for column (NULL equal to NULL), to the table's row of the same
+        key, which a MERGE would leave alone; and whether a key of the rows left is in the table. The table's rows
+        of `data`'s keys are read within the MERGE's bounds (`streamdi.merge_bounds`) and the range of each key
+        column. A MERGE reads every file its source's keys reach: T3 recomputes the trades of every changed account,
+        old trades all over DimTrade that come out equal, and without them the MERGE reads the files of the
+        newest trades only (SF 6: ~1,200 of ~1,800 rows left out, the MERGE 0.40 -> ~0.1 s, the read ~0.1 s)."""
+        key = list(table.key)
+        near = reduce(operator.and_, [within_range(k, data[k]) for k in key])
+        near = near & pc.field(key[0]).isin(pc.unique(data[key[0]]))
+        bounds = key_bounds(table, data)
+        present = Lake._scan(delta, table, table.column_names, near if bounds is None else near & bounds)
+        if present.num_rows == 0:
+            return data, False
+        marked = data.append_column("_streamdi_row", pa.array(range(data.num_rows), pa.int64()))
+        pairs = marked.join(present, key, join_type="inner", right_suffix="_streamdi_table")
+        equal = pa.array([True] * pairs.num_rows, pa.bool_())
+        for name in table.column_names:
+            if name in table.key:
+                continue
+            mine, theirs = pairs[name], pairs[f"{name}_streamdi_table"]
+            same = pc.or_(pc.fill_null(pc.equal(mine, theirs), False), pc.and_(pc.is_null(mine), pc.is_null(theirs)))
+            equal = pc.and_(equal, same)
+        dropped = pairs.filter(equal)["_streamdi_row"]
+        kept = pc.invert(pc.is_in(marked["_streamdi_row"], value_set=dropped))
+        return data.filter(kept), pairs.num_rows > len(dropped)
 
     def _delete_keys(self, table: Table, deletes: DataFrame | pa.Table | None) -> pa.Table | None:
         if deletes is None:

@@ -1036,3 +1036,48 @@ def test_a_table_not_declared_resident_is_always_read_from_its_files(tmp_path):
     hide_files(lake, table, tmp_path / "away")
     with pytest.raises(OSError):
         lake.read_where(table, pc.field("id") == 5, ["id"])
+
+
+def test_an_upsert_leaves_out_rows_equal_to_the_table_and_changes_exactly_the_others(tmp_path):
+    """`Table.skip_equal_rows` (DimTrade): the source's rows equal to the table's, NULLs included, are left out
+    before the MERGE; the rows, the change feed and the replay are those of a MERGE of everything. A source whose
+    changed rows are all new keys is appended; one with nothing changed records only the app transaction."""
+    lake = Lake(tmp_path)
+    table = dataclasses.replace(lake_table("equal_rows"), skip_equal_rows=True)
+    nulls = {"name": None, "amount": None, "trade_day": None, "traded_at": None}
+    lake.append(table, arrow_rows(table, [row(1), row(2, **nulls), row(3), row(4)]), app_id="T3/x", version=1)
+
+    source = [row(1), row(2, **nulls), row(3, name="changed"), row(4, amount=None), row(5)]
+    result = lake.upsert(table, arrow_rows(table, source), app_id="T3/x", version=2)
+    assert (result.committed, result.table_version) == (True, 2)
+    assert lake.read_arrow(table).to_pylist() == [
+        row(1),
+        row(2, **nulls),
+        row(3, name="changed"),
+        row(4, amount=None),
+        row(5),
+    ]
+    assert feed(lake, table, 2, 2) == [
+        change("update_preimage", 2, row(3)),
+        change("update_postimage", 2, row(3, name="changed")),
+        change("update_preimage", 2, row(4)),
+        change("update_postimage", 2, row(4, amount=None)),
+        change("insert", 2, row(5)),
+    ]
+    again = lake.upsert(table, arrow_rows(table, source), app_id="T3/x", version=2)
+    assert again.committed is False and lake.version(table) == 2
+
+    appended = lake.upsert(table, arrow_rows(table, [row(1), row(6)]), app_id="T3/x", version=3)
+    assert appended.table_version == 3 and DeltaTable(str(lake.path(table))).history(1)[0]["operation"] == "WRITE"
+    assert feed(lake, table, 3, 3) == [change("insert", 3, row(6))]
+    same = lake.upsert(table, arrow_rows(table, [row(2, **nulls), row(6)]), app_id="T3/x", version=4)
+    assert same.table_version == 4 and lake.changes(table, 4, 4).num_rows == 0
+    assert lake.committed_version(table, "T3/x") == 4
+    deleted = lake.upsert(
+        table,
+        arrow_rows(table, [row(1)]),
+        app_id="T3/x",
+        version=5,
+        deletes=pa.table({"id": pa.array([6], pa.int64())}),
+    )
+    assert deleted.committed and [r["id"] for r in lake.read_arrow(table).to_pylist()] == [1, 2, 3, 4, 5]
