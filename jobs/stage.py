@@ -35,9 +35,10 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -120,7 +121,8 @@ def run(
     The files of one source are parsed together: a delimited source (`jobs.delimited`) and FINWIRE
     (`jobs.finwire`) in Arrow, CustomerMgmt.xml with Python's XML parser, typed in Arrow. Two sources are
     parsed at a time while the previous one is committed (`_overlapped`), and the commits follow a fixed order
-    (delimited sources by name, FINWIRE, CustomerMgmt, rejects). Raises if the counts of a file do not reconcile
+    (delimited sources by name, FINWIRE, CustomerMgmt, rejects), made by one thread while the next table is checked
+    (`_Commits`). Raises if the counts of a file do not reconcile
     (lines or actions read != staged + rejected), which would be a bug, not bad data.
 
     A data file whose bytes repeat a file of the same TPC-DI batch registered before it (`earlier`: (TPC-DI batch,
@@ -179,6 +181,7 @@ def run(
     before = registered_before or []
     missing = ordering.missing_predecessors([bf.file for bf in files], [*before, *(bf.file for bf in files)])
     validator = quality.validator()
+    commits = _Commits()
     for tables, rejected, counts in parsed:
         for table, rows in tables:
             source = _DELIMITED_BY_TABLE.get(table.name)
@@ -205,9 +208,10 @@ def run(
                 rows = kept
                 if checked.halts:
                     continue  # the batch halts: these rows wait for the operator (resume re-stages them)
-            ctx.lake.append(table, rows, app_id=f"stage/{table.name}", version=batch_id)
+            commits.submit(ctx.lake.append, table, rows, app_id=f"stage/{table.name}", version=batch_id)
         report.files.extend(counts)
         rejects.append(rejected)
+    commits.wait_all()
     if rejects:
         ctx.lake.append(REJECTS, concat_as(rejects, REJECTS), app_id="stage/rejects", version=batch_id)
     _commit_quality(ctx, batch_id, attempt, results, quarantined)
@@ -283,11 +287,45 @@ PARSES_IN_FLIGHT = 2  # parses running at a time
 PARSES_QUEUED = 4  # parses started or waiting for a thread, ahead of the caller's commits
 
 
+_COMMITTER: list[ThreadPoolExecutor] = []
+_COMMITTER_LOCK = threading.Lock()
+COMMITS_IN_FLIGHT = 2  # staging tables whose rows wait for (or are in) their commit while the next are validated
+
+
+class _Commits:
+    """The staging tables' commits of one micro-batch, made one after the other in the order submitted by one
+    thread kept for the process's life (its Delta table handles are caught up, not opened again), while the caller
+    validates the next table: a commit (delta-rs, which releases the GIL) overlaps the next table's ordering check
+    and suite (Python). At most `COMMITS_IN_FLIGHT` wait, so a large stage holds no more rows than that in memory.
+    `wait_all` raises the first failure; the commits after a failed one still run (each is its own app
+    transaction, and a rerun skips the ones made)."""
+
+    def __init__(self) -> None:
+        with _COMMITTER_LOCK:
+            if not _COMMITTER:
+                _COMMITTER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-commit"))
+        self._pool = _COMMITTER[0]
+        self._pending: deque[Future] = deque()
+        self._done: list[Future] = []
+
+    def submit(self, commit: Callable[..., object], *args: object, **kwargs: object) -> None:
+        while len(self._pending) >= COMMITS_IN_FLIGHT:
+            first = self._pending.popleft()
+            wait([first])
+            self._done.append(first)
+        self._pending.append(self._pool.submit(commit, *args, **kwargs))
+
+    def wait_all(self) -> None:
+        wait(self._pending)
+        for future in [*self._done, *self._pending]:
+            future.result()
+
+
 def _overlapped(parses: list[Callable[[], T_]]) -> Iterator[T_]:
     """The results of `parses`, in order, computed `PARSES_IN_FLIGHT` at a time in threads, so that one source's
-    parse (Arrow's kernels release the GIL) and the caller's Delta commit of the previous source overlap another
-    source's parse. Commits stay in the caller's thread, in the fixed order; at most `PARSES_QUEUED` parsed
-    sources wait for the caller.
+    parse (Arrow's kernels release the GIL) and the caller's checks and commits of the previous source overlap another
+    source's parse. Commits keep the fixed order (`_Commits`); at most `PARSES_QUEUED` parsed sources wait for the
+    caller.
 
     The parses start when this is called, not when the first result is asked for: the caller builds its
     data-quality validator meanwhile, which waits for Great Expectations' import (~4 s of mostly one core in a new

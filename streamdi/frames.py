@@ -75,6 +75,11 @@ class Kept(Generic[V]):
             for key in [k for k in self._values if doomed(k)]:
                 self._weight -= self._values.pop(key)[1]
 
+    def weight_where(self, counted: Callable[[Hashable], bool]) -> int:
+        """The weight of the values whose key `counted` accepts."""
+        with self._lock:
+            return sum(weight for key, (_, weight) in self._values.items() if counted(key))
+
     @property
     def weight(self) -> int:
         with self._lock:

@@ -74,6 +74,7 @@ LAST_CHECKPOINT = "_last_checkpoint"  # names a Delta log's newest checkpoint
 DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse (`Lake._dataset`)
 MIB = 1024 * 1024
 RESIDENT_BYTES = 1024 * MIB  # default memory for the whole snapshots of resident tables (`Lake._whole`)
+ARROW_PER_PARQUET = 5  # a snapshot in Arrow takes up to about this many times its Parquet files (staged trades: 4.2)
 
 
 @dataclass(frozen=True)
@@ -247,8 +248,11 @@ class Lake:
         if self._read_once.get(key) is None:
             self._read_once.put(key, True)
             return None
+        # held only where it fits beside the other tables held (an older version of its own makes way): tables
+        # that do not fit are read from their files, rather than pushing each other out at every micro-batch
         on_disk = sum(delta.get_add_actions(flatten=True).column("size_bytes").to_pylist())
-        if on_disk > (self._wholes.budget or 0):  # decoded Arrow is larger than its Parquet: it cannot fit
+        others = self._wholes.weight_where(lambda kept: kept[0] != path)
+        if on_disk * ARROW_PER_PARQUET > (self._wholes.budget or 0) - others:
             return None
         schema = table.arrow_schema()
         whole = self._dataset(table, delta).to_table(columns=table.column_names).select(table.column_names)

@@ -1081,3 +1081,29 @@ def test_an_upsert_leaves_out_rows_equal_to_the_table_and_changes_exactly_the_ot
         deletes=pa.table({"id": pa.array([6], pa.int64())}),
     )
     assert deleted.committed and [r["id"] for r in lake.read_arrow(table).to_pylist()] == [1, 2, 3, 4, 5]
+
+
+def test_a_resident_table_that_does_not_fit_beside_the_held_ones_is_read_from_its_files(tmp_path):
+    """Resident tables never push each other out: one that does not fit in the memory left beside the tables held
+    (estimated from its Parquet size) is read from its files, and the held one stays held."""
+    root = tmp_path / "lake"
+    held, other = resident_table("held_first"), resident_table("no_room")
+    writer = Lake(root)
+    writer.append(held, arrow_rows(held, [row(i, name="x" * 1_000) for i in range(2_000)]), app_id="a", version=1)
+    writer.append(
+        other, arrow_rows(other, [row(i, name=os.urandom(150).hex()) for i in range(2_000)]), app_id="a", version=1
+    )
+    parquet_other = sum(
+        pa.table(DeltaTable(str(writer.path(other))).get_add_actions(flatten=True))["size_bytes"].to_pylist()
+    )
+    arrow_held = writer.read_arrow(held).nbytes
+    assert arrow_held <= 10 * parquet_other  # the budget below holds `held`, and `other` alone, not both
+    lake = Lake(root, resident_bytes=5 * parquet_other + arrow_held // 2)
+
+    for table in (held, other, held, other):
+        assert lake.read_where(table, pc.field("id") == 7, ["id"])["id"].to_pylist() == [7]
+    hide_files(lake, held, tmp_path / "away_held")
+    assert lake.read_where(held, pc.field("id") == 9, ["id"])["id"].to_pylist() == [9]  # held in memory
+    hide_files(lake, other, tmp_path / "away_other")
+    with pytest.raises(OSError):
+        lake.read_where(other, pc.field("id") == 9, ["id"])
