@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -56,6 +55,7 @@ from schemas.staging import REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
+from streamdi.pools import kept_pool
 
 log = logging.getLogger(__name__)
 T_ = TypeVar("T_")
@@ -287,8 +287,6 @@ PARSES_IN_FLIGHT = 2  # parses running at a time
 PARSES_QUEUED = 4  # parses started or waiting for a thread, ahead of the caller's commits
 
 
-_COMMITTER: list[ThreadPoolExecutor] = []
-_COMMITTER_LOCK = threading.Lock()
 COMMITS_IN_FLIGHT = 2  # staging tables whose rows wait for (or are in) their commit while the next are validated
 
 
@@ -301,10 +299,7 @@ class _Commits:
     transaction, and a rerun skips the ones made)."""
 
     def __init__(self) -> None:
-        with _COMMITTER_LOCK:
-            if not _COMMITTER:
-                _COMMITTER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-commit"))
-        self._pool = _COMMITTER[0]
+        self._pool = kept_pool("stage-commit", 1)
         self._pending: deque[Future] = deque()
         self._done: list[Future] = []
 

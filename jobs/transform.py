@@ -38,7 +38,6 @@ this micro-batch only warn).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -60,6 +59,7 @@ from jobs import (
 )
 from jobs.scope import BatchScope, load_scope
 from streamdi.context import JobContext
+from streamdi.pools import kept_pool
 
 log = logging.getLogger(__name__)
 
@@ -120,20 +120,12 @@ class TransformReport:
         return [o for c in self.checks.values() for o in c.all_outcomes()]
 
 
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
 def _step_pool() -> ThreadPoolExecutor:
-    """The threads that run the steps of a wave side by side: one pool per process, kept for its life, so that a
-    long-lived process (the stream service) runs each micro-batch on the same threads, whose open Delta tables
+    """The threads that run the steps of a wave side by side: kept for the process's life (`streamdi.pools`), so
+    that a long-lived process (the stream service) runs each micro-batch on the same threads, whose open Delta tables
     (`Lake._delta_at` keeps them per thread) are caught up instead of opened again (measured: ~0.7 s of a small
     micro-batch's transform at SF 3 went to opening tables in new threads)."""
-    with _POOL_LOCK:
-        if not _POOL:
-            width = max(len(wave) for wave in waves(STEPS))
-            _POOL.append(ThreadPoolExecutor(max_workers=width, thread_name_prefix="step"))
-        return _POOL[0]
+    return kept_pool("step", max(len(wave) for wave in waves(STEPS)))
 
 
 def run(

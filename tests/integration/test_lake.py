@@ -1015,22 +1015,15 @@ def test_a_resident_table_is_filtered_in_memory_from_the_second_read_of_a_versio
     assert lake.read_where(table, pc.field("id") >= 0, ["id"]).sort_by("id")["id"].to_pylist() == [7, 8]
 
 
-@pytest.mark.parametrize("budget", [0, 1024], ids=["no-memory", "smaller-than-the-table"])
-def test_a_resident_table_is_read_from_its_files_when_it_does_not_fit_its_budget(tmp_path, budget):
+@pytest.mark.parametrize(
+    ("resident", "budget"),
+    [(True, 0), (True, 1024), (False, 1024 * 1024 * 1024)],
+    ids=["no-memory", "smaller-than-the-table", "not-declared-resident"],
+)
+def test_a_table_is_read_from_its_files_when_not_resident_or_over_its_budget(tmp_path, resident, budget):
     lake = Lake(tmp_path / "lake", resident_bytes=budget)
-    table = resident_table("too_big")
+    table = resident_table("too_big") if resident else lake_table("not_resident")
     lake.append(table, arrow_rows(table, [row(i) for i in range(2_000)]), app_id="a", version=1)
-    for _ in range(3):
-        assert lake.read_where(table, pc.field("id") == 5, ["id"])["id"].to_pylist() == [5]
-    hide_files(lake, table, tmp_path / "away")
-    with pytest.raises(OSError):
-        lake.read_where(table, pc.field("id") == 5, ["id"])
-
-
-def test_a_table_not_declared_resident_is_always_read_from_its_files(tmp_path):
-    lake = Lake(tmp_path / "lake")
-    table = lake_table("not_resident")
-    lake.append(table, arrow_rows(table, [row(i) for i in range(10)]), app_id="a", version=1)
     for _ in range(3):
         assert lake.read_where(table, pc.field("id") == 5, ["id"])["id"].to_pylist() == [5]
     hide_files(lake, table, tmp_path / "away")

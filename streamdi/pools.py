@@ -1,0 +1,22 @@
+"""Thread pools kept for a process's life, one per name.
+
+A long-lived process (the stream service) runs every micro-batch on the same threads, and `streamdi.lake.Lake` keeps
+its open Delta tables per thread: on kept threads they are caught up (~1 ms) instead of opened again (5-12 ms each).
+Used by the transform's steps (`jobs.transform`) and the stage's commits (`jobs.stage`).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+_POOLS: dict[str, ThreadPoolExecutor] = {}
+_LOCK = threading.Lock()
+
+
+def kept_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """The process's pool `name` (threads named after it), made with `workers` threads on first use."""
+    with _LOCK:
+        if name not in _POOLS:
+            _POOLS[name] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        return _POOLS[name]
