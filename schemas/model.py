@@ -117,8 +117,8 @@ class Table:
     skip_equal_rows: bool = False
     # A warm process reads this table often by keys scattered over all of it (Batch1's trade history, looked up by
     # trade, account or customer in every micro-batch; the trade windows, read seven times by step AG): such a read
-    # decodes every row group (0.1-0.2 s at SF 6). `Lake` holds the whole snapshot in memory from the second read of
-    # a version on and filters it there (within `Settings.resident_mb`).
+    # decodes every row group (0.1-0.2 s at SF 6). `Lake` holds the whole snapshot of a version in memory once its
+    # reads from files have cost what a whole read would, and filters it there (within `Settings.resident_mb`).
     resident: bool = False
 
     def __post_init__(self) -> None:

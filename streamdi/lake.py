@@ -30,6 +30,7 @@ import json
 import logging
 import operator
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -75,6 +76,9 @@ DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse 
 MIB = 1024 * 1024
 RESIDENT_BYTES = 1024 * MIB  # default memory for the whole snapshots of resident tables (`Lake._whole`)
 ARROW_PER_PARQUET = 5  # a snapshot in Arrow takes up to about this many times its Parquet files (staged trades: 4.2)
+# A whole snapshot reads at 50-360 MiB of Parquet a second (SF 3's staged tables; the trades, with their strings,
+# the slowest): the slowest rate prices a whole read of a resident table before it is held (`Lake._whole`).
+WHOLE_READ_BYTES_PER_SECOND = 50 * MIB
 
 
 @dataclass(frozen=True)
@@ -108,9 +112,11 @@ class Lake:
         spark: SparkSession | None = None,
         spark_factory: Callable[[], SparkSession] | None = None,
         resident_bytes: int = RESIDENT_BYTES,
+        whole_read_rate: float = WHOLE_READ_BYTES_PER_SECOND,
     ) -> None:
         """`spark` (or `spark_factory`, called on first need) is only required to read DataFrames;
-        `resident_bytes` bounds the memory of resident tables' snapshots (`_whole`)."""
+        `resident_bytes` bounds the memory of resident tables' snapshots, `whole_read_rate` (Parquet bytes a
+        second) prices a whole read of one (`_whole`)."""
         self.root = Path(root).absolute()
         self.spark = spark
         self._spark_factory = spark_factory
@@ -119,7 +125,8 @@ class Lake:
         self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
         # (path, first commit, version) -> whole snapshot of a resident table, and the versions read once
         self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT, budget=resident_bytes, weigh=lambda t: t.nbytes)
-        self._read_once: Kept[bool] = Kept(DATASETS_KEPT)
+        self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)  # version -> seconds its reads from files took
+        self._whole_read_rate = whole_read_rate
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -217,7 +224,10 @@ class Lake:
         whole = self._whole(table, delta)
         if whole is not None:
             return whole.select(columns)
-        return self._dataset(table, delta).to_table(columns=columns)
+        started = time.perf_counter()
+        rows = self._dataset(table, delta).to_table(columns=columns)
+        self._read_from_files(table, delta, time.perf_counter() - started)
+        return rows
 
     def read_where(self, table: Table, condition: pc.Expression, columns: list[str] | None = None) -> pa.Table:
         """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
@@ -227,37 +237,51 @@ class Lake:
         whole = self._whole(table, delta)
         if whole is not None:
             return whole.filter(condition).select(names)
-        return self._scan(delta, table, names, condition, self._dataset(table, delta))
+        started = time.perf_counter()
+        rows = self._scan(delta, table, names, condition, self._dataset(table, delta))
+        self._read_from_files(table, delta, time.perf_counter() - started)
+        return rows
 
     def _whole(self, table: Table, delta: DeltaTable) -> pa.Table | None:
-        """The whole snapshot of a `Table.resident` table in memory (declared types), from the second read of its
-        version on, or None: a table not resident, a first read (a process that reads a version once, such as a
-        `streamdi load` of Batch1, pays nothing), or a snapshot larger than the memory left for them. A filter
-        in memory costs ~10 ms where a read of keys scattered over the table decodes every row group (Batch1's
-        staged trades at SF 6: 85-250 ms); a Delta data file never changes, so a version's rows never do."""
-        if not table.resident or self._wholes.budget == 0:
+        """The whole snapshot of a `Table.resident` table in memory (declared types), or None: a table not
+        resident, a snapshot larger than the memory left for them, or a version whose reads from its files have not
+        yet cost what reading it whole would (its Parquet bytes at `whole_read_rate`). That rule holds
+        a version once holding it has paid for itself, and never costs more than twice the better choice: a warm
+        process that looks the staged history up by scattered keys in every micro-batch (85-250 ms a read for the
+        staged trades at SF 6) holds it after a few reads and then filters it in ~10 ms, while a one-shot `streamdi
+        load` of an incremental batch, whose few reads skip most row groups (~6 ms each at SF 3), never pays the
+        whole read (~0.8 s for the staged tables at SF 3). A Delta data file never changes, so a version's rows
+        never do."""
+        key = self._version_key(table, delta) if table.resident and self._wholes.budget != 0 else None
+        if key is None:
             return None
-        path = self.path(table)
-        stamp = _first_commit_stamp(path)
-        if stamp is None:
-            return None
-        key = (path, stamp, delta.version())
         whole = self._wholes.get(key)
         if whole is not None:
             return whole
-        if self._read_once.get(key) is None:
-            self._read_once.put(key, True)
-            return None
         # held only where it fits beside the other tables held (an older version of its own makes way): tables
         # that do not fit are read from their files, rather than pushing each other out at every micro-batch
         on_disk = sum(delta.get_add_actions(flatten=True).column("size_bytes").to_pylist())
-        others = self._wholes.weight_where(lambda kept: kept[0] != path)
+        if (self._disk_seconds.get(key) or 0.0) < on_disk / self._whole_read_rate:
+            return None
+        others = self._wholes.weight_where(lambda kept: kept[0] != key[0])
         if on_disk * ARROW_PER_PARQUET > (self._wholes.budget or 0) - others:
             return None
         schema = table.arrow_schema()
         whole = self._dataset(table, delta).to_table(columns=table.column_names).select(table.column_names)
-        self._wholes.drop_where(lambda kept: kept[0] == path)  # an older version is rarely read again
+        self._wholes.drop_where(lambda kept: kept[0] == key[0])  # an older version is rarely read again
         return self._wholes.put(key, whole.cast(schema).combine_chunks())
+
+    def _read_from_files(self, table: Table, delta: DeltaTable, seconds: float) -> None:
+        """Count a read of a resident table's version from its files towards holding it (`_whole`)."""
+        key = self._version_key(table, delta) if table.resident and self._wholes.budget != 0 else None
+        if key is not None:
+            self._disk_seconds.put(key, (self._disk_seconds.get(key) or 0.0) + seconds)
+
+    def _version_key(self, table: Table, delta: DeltaTable) -> tuple[Path, tuple[int, int], int] | None:
+        """(path, first commit, version): one table version, also across a table removed and created again."""
+        path = self.path(table)
+        stamp = _first_commit_stamp(path)
+        return None if stamp is None else (path, stamp, delta.version())
 
     def _dataset(self, table: Table, delta: DeltaTable) -> ds.Dataset:
         """The pyarrow dataset of `delta`'s snapshot, built once per table version: a dataset keeps its files'

@@ -982,10 +982,11 @@ def restore_files(lake: Lake, table: Table, away: Path) -> None:
         f.rename(lake.path(table) / f.name)
 
 
-def test_a_resident_table_is_filtered_in_memory_from_the_second_read_of_a_version(tmp_path):
-    """`Table.resident`: the first read of a version scans the files; from the second on the whole snapshot is held
-    in memory and filtered there (the same rows, the declared types; proven with the data files moved away). A new
-    version, from any writer, or the table created again at the same version number, is read from the files."""
+def test_a_resident_table_is_filtered_in_memory_once_its_reads_cost_a_whole_read(tmp_path):
+    """`Table.resident`: a version is read from its files until those reads have cost what a whole read would (a
+    small table: after its first read); then the whole snapshot is held in memory and filtered there (the same
+    rows, the declared types; proven with the data files moved away). A new version, from any writer, or the table
+    created again at the same version number, is read from the files."""
     lake, other = Lake(tmp_path / "lake"), Lake(tmp_path / "lake")
     table = resident_table("resident")
     away = tmp_path / "away"
@@ -1013,6 +1014,20 @@ def test_a_resident_table_is_filtered_in_memory_from_the_second_read_of_a_versio
     other.append(table, arrow_rows(table, [row(7)]), app_id="a", version=1)
     other.append(table, arrow_rows(table, [row(8)]), app_id="a", version=2)
     assert lake.read_where(table, pc.field("id") >= 0, ["id"]).sort_by("id")["id"].to_pylist() == [7, 8]
+
+
+def test_a_resident_table_whose_reads_cost_less_than_a_whole_read_stays_on_disk(tmp_path):
+    """A one-shot process whose few reads skip most of a table never pays its whole read: priced at one byte a
+    second, the whole read of this table costs more than any number of its filtered reads, so none is held (proven
+    with the data files moved away: the next read fails)."""
+    lake = Lake(tmp_path / "lake", whole_read_rate=1.0)
+    table = resident_table("cheap_reads")
+    lake.append(table, arrow_rows(table, [row(i) for i in range(100)]), app_id="a", version=1)
+    for _ in range(5):
+        assert lake.read_where(table, pc.field("id") == 3).to_pylist() == [row(3)]
+    hide_files(lake, table, tmp_path / "away")
+    with pytest.raises(Exception, match="(?i)no such file|not found"):
+        lake.read_where(table, pc.field("id") == 3)
 
 
 @pytest.mark.parametrize(
