@@ -31,17 +31,21 @@ micro-batches, in any order within a day, ends in the same tables. A micro-batch
 files and dates no batch costs nothing (no Spark job).
 
 Commits: DimCustomer, DimAccount, DImessages, one MERGE each with app transaction `T2/<table>`, version =
-micro-batch, skipped when already recorded, and made even when empty so that a rerun of a committed
-micro-batch returns at once. The work runs on Arrow tables in the driver, with no Spark job: T2's inputs are
-customers and accounts (thousands per scale factor, against millions of trades), and Spark's fixed cost of
-planning the SCD2 plans (3-5 s per micro-batch whatever its size) was most of a small micro-batch's time. Once
-earlier micro-batches staged records, and unless a reference file touches every key, only the records of the keys
-to rebuild are read (`rebuilt_keys` finds the keys from the staged key columns); otherwise every staged record is.
+micro-batch, skipped when already recorded, and made even when empty so that a rerun of a committed micro-batch
+returns at once. Prospect (`jobs.prospect`, which needs this micro-batch's DimCustomer) is computed and committed on
+a kept thread from the DimCustomer commit on, beside DimAccount and DImessages. The work runs on Arrow tables in the
+driver, with no Spark job: T2's inputs are customers and accounts (thousands per scale factor, against millions of
+trades), and Spark's fixed cost of planning the SCD2 plans (3-5 s per micro-batch whatever its size) was most of a
+small micro-batch's time. Once earlier micro-batches staged records, and unless a reference file touches every key,
+only the records of the keys to rebuild are read (`rebuilt_keys` finds the keys from the staged key columns);
+otherwise every staged record is.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -60,6 +64,7 @@ from schemas import sources as src
 from schemas import warehouse as wh
 from schemas.staging import CUSTOMER_MGMT
 from streamdi.context import JobContext
+from streamdi.pools import kept_pool
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +230,22 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     why = triggers(scope)
     if not why.any:
         return {}
-    rows = _customers_and_accounts(ctx, scope, why)
-    rows.update(prospect.run(ctx, scope))
+    prospects: list[Future[dict[str, int]]] = []
+
+    def customers_committed() -> None:
+        # Prospect needs only this micro-batch's DimCustomer: it is computed and committed on a kept thread while
+        # DimAccount and the alerts are (its MERGE and theirs run in delta-rs, beside each other)
+        prospects.append(kept_pool("prospect", 1).submit(prospect.run, ctx, scope))
+
+    try:
+        rows = _customers_and_accounts(ctx, scope, why, customers_committed)
+    finally:
+        if prospects:
+            wait(prospects)  # a failure of either side is raised once both have ended
+    if not prospects:  # DimCustomer was committed by an earlier run of this micro-batch, or needed no commit
+        rows.update(prospect.run(ctx, scope))
+    else:
+        rows.update(prospects[0].result())
     return rows
 
 
@@ -235,7 +254,11 @@ def _ids(*columns: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.drop_null(_unique(*columns))
 
 
-def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -> dict[str, int]:
+def _customers_and_accounts(
+    ctx: JobContext, scope: BatchScope, why: Triggers, customers_committed: Callable[[], None]
+) -> dict[str, int]:
+    """Commit DimCustomer, DimAccount and the alerts (those not yet committed for this micro-batch), calling
+    `customers_committed` right after the DimCustomer commit."""
     todo = [t for t in (wh.DIM_CUSTOMER, wh.DIM_ACCOUNT, wh.DI_MESSAGES) if not scope.committed(ctx, STEP, t)]
     if not todo:
         return {}
@@ -303,6 +326,8 @@ def _customers_and_accounts(ctx: JobContext, scope: BatchScope, why: Triggers) -
         # committed even when empty, so that the app transaction records the micro-batch as done
         data = ctx.lake.to_arrow(table, new)
         ctx.lake.upsert(table, data, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
+        if table is wh.DIM_CUSTOMER:
+            customers_committed()
         rows[table.name] = data.num_rows
         log.info(
             "T2 micro-batch %s: %s: %s upserted, %s deleted", scope.batch_id, table.name, data.num_rows, gone.num_rows

@@ -4,7 +4,7 @@
 |------|--------|--------|
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
 | T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.create_securities` |
-| T2   | DimCustomer, DimAccount, then Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
+| T2   | DimCustomer, then DimAccount beside Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
 | T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.create_trades`, `jobs.holdings`, `jobs.cash_balances` |
 | T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
 | AG   | live windows: trade_windows, market_windows (late records in DImessages) | `jobs.windows` |
