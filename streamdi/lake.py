@@ -123,9 +123,9 @@ class Lake:
         self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
         self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
-        # (path, first commit, version) -> whole snapshot of a resident table, and the versions read once
+        # (path, first commit, version) -> whole snapshot of a resident table, and the seconds its reads from files took
         self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT, budget=resident_bytes, weigh=lambda t: t.nbytes)
-        self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)  # version -> seconds its reads from files took
+        self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)
         self._whole_read_rate = whole_read_rate
 
     # ----------------------------------------------------------------------------------------- layout
@@ -224,10 +224,7 @@ class Lake:
         whole = self._whole(table, delta)
         if whole is not None:
             return whole.select(columns)
-        started = time.perf_counter()
-        rows = self._dataset(table, delta).to_table(columns=columns)
-        self._read_from_files(table, delta, time.perf_counter() - started)
-        return rows
+        return self._from_files(table, delta, lambda: self._dataset(table, delta).to_table(columns=columns))
 
     def read_where(self, table: Table, condition: pc.Expression, columns: list[str] | None = None) -> pa.Table:
         """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
@@ -237,10 +234,9 @@ class Lake:
         whole = self._whole(table, delta)
         if whole is not None:
             return whole.filter(condition).select(names)
-        started = time.perf_counter()
-        rows = self._scan(delta, table, names, condition, self._dataset(table, delta))
-        self._read_from_files(table, delta, time.perf_counter() - started)
-        return rows
+        return self._from_files(
+            table, delta, lambda: self._scan(delta, table, names, condition, self._dataset(table, delta))
+        )
 
     def _whole(self, table: Table, delta: DeltaTable) -> pa.Table | None:
         """The whole snapshot of a `Table.resident` table in memory (declared types), or None: a table not
@@ -252,7 +248,7 @@ class Lake:
         load` of an incremental batch, whose few reads skip most row groups (~6 ms each at SF 3), never pays the
         whole read (~0.8 s for the staged tables at SF 3). A Delta data file never changes, so a version's rows
         never do."""
-        key = self._version_key(table, delta) if table.resident and self._wholes.budget != 0 else None
+        key = self._resident_key(table, delta)
         if key is None:
             return None
         whole = self._wholes.get(key)
@@ -271,14 +267,21 @@ class Lake:
         self._wholes.drop_where(lambda kept: kept[0] == key[0])  # an older version is rarely read again
         return self._wholes.put(key, whole.cast(schema).combine_chunks())
 
-    def _read_from_files(self, table: Table, delta: DeltaTable, seconds: float) -> None:
-        """Count a read of a resident table's version from its files towards holding it (`_whole`)."""
-        key = self._version_key(table, delta) if table.resident and self._wholes.budget != 0 else None
+    def _from_files(self, table: Table, delta: DeltaTable, read: Callable[[], pa.Table]) -> pa.Table:
+        """`read()` of `delta`'s files; for a resident table its time counts towards holding the version (`_whole`)."""
+        started = time.perf_counter()
+        rows = read()
+        key = self._resident_key(table, delta)
         if key is not None:
+            seconds = time.perf_counter() - started
             self._disk_seconds.put(key, (self._disk_seconds.get(key) or 0.0) + seconds)
+        return rows
 
-    def _version_key(self, table: Table, delta: DeltaTable) -> tuple[Path, tuple[int, int], int] | None:
-        """(path, first commit, version): one table version, also across a table removed and created again."""
+    def _resident_key(self, table: Table, delta: DeltaTable) -> tuple[Path, tuple[int, int], int] | None:
+        """(path, first commit, version) of a resident table while resident tables may be held, else None: one
+        table version, also across a table removed and created again."""
+        if not table.resident or self._wholes.budget == 0:
+            return None
         path = self.path(table)
         stamp = _first_commit_stamp(path)
         return None if stamp is None else (path, stamp, delta.version())
