@@ -58,6 +58,8 @@ from jobs import (
     windows,
 )
 from jobs.scope import BatchScope, load_scope
+from schemas import warehouse as wh
+from schemas.model import Table
 from streamdi.context import JobContext
 from streamdi.pools import kept_pool
 
@@ -71,6 +73,10 @@ class Step:
     after: tuple[str, ...] = ()
     checked: bool = False  # its tables' warehouse suites run after it (`jobs.validate.STEP_TABLES`)
     spark: bool = False  # it may run Spark jobs (when `needs_spark`; the others run in the driver on Arrow)
+    # The migrated tables whose every commit of a micro-batch this step makes: a migration running beside the
+    # transform (`streamdi.migrator.TransformProgress`) lands them once the step is done. DImessages and the quality
+    # tables are written by several steps, so they wait for the whole transform.
+    final: tuple[Table, ...] = ()
 
 
 def needs_spark(files: Iterable[str]) -> bool:
@@ -98,12 +104,17 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("T0", lambda ctx, scope: reference.run(ctx, scope).rows, checked=True),
-    Step("T1", create_securities.run, after=("T0",), checked=True, spark=True),
-    Step("T2", create_accounts.run, after=("T0",), checked=True),
-    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True),
-    Step("T4", market_and_watches, after=("T1", "T2"), checked=True),
-    Step("AG", windows.run, after=("T3", "T4"), checked=True),
+    Step(
+        "T0",
+        lambda ctx, scope: reference.run(ctx, scope).rows,
+        checked=True,
+        final=(*wh.REFERENCE_TABLES, wh.DIM_BROKER),
+    ),
+    Step("T1", create_securities.run, after=("T0",), checked=True, spark=True, final=wh.SECURITY_TABLES),
+    Step("T2", create_accounts.run, after=("T0",), checked=True, final=wh.ACCOUNT_TABLES),
+    Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, final=wh.TRADE_TABLES),
+    Step("T4", market_and_watches, after=("T1", "T2"), checked=True, final=wh.MARKET_TABLES),
+    Step("AG", windows.run, after=("T3", "T4"), checked=True, final=wh.WINDOW_TABLES),
     Step("DM", messages.run, after=("AG",)),
 )
 

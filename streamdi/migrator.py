@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -157,18 +158,73 @@ class MigrationReport:
 
 
 def migrate_batch(
-    lake: Lake, warehouse: Warehouse, batch_id: int, tables: tuple[Table, ...] = MIGRATED_TABLES, *, mode: str = "push"
+    lake: Lake,
+    warehouse: Warehouse,
+    batch_id: int,
+    tables: tuple[Table, ...] = MIGRATED_TABLES,
+    *,
+    mode: str = "push",
+    beside: TransformProgress | None = None,
 ) -> MigrationReport:
     """Make batch `batch_id` visible in PostgreSQL: every table's committed changes up to it, plus every earlier
     batch not yet visible, in ONE transaction. A no-op (one query) when the batch is already visible.
 
-    The caller guarantees that the batch's transform is done (the dataflow runs this stage after it)."""
+    The caller guarantees that the batch's transform is done (the dataflow runs this stage after it), or passes
+    `beside`, the progress of the batch's transform running meanwhile: each table is then read and landed once the
+    transform has finished it, and the transaction commits only after the whole transform is done (a table it
+    committed to after all is read again then); an abandoned transform rolls the transaction back
+    (`TransformAbandoned`)."""
     visible, versions = warehouse.migration_state()
     if visible is not None and visible >= batch_id:
         # batches become visible in order (every unit is a prefix), so this one is there whole
         log.info("batch %s is already visible in PostgreSQL (up to %s); nothing to migrate", batch_id, visible)
         return MigrationReport()
-    return _migrate_upto(lake, warehouse, batch_id, tables, mode, visible or 0, versions, _read_batch_log(lake))
+    return _migrate_upto(
+        lake, warehouse, batch_id, tables, mode, visible or 0, versions, _read_batch_log(lake), beside=beside
+    )
+
+
+class TransformAbandoned(RuntimeError):
+    """The transform a migration ran beside did not finish (it failed or halted): the migration is rolled back."""
+
+
+class TransformProgress:
+    """What a migration running beside its micro-batch's transform (`migrate_batch(beside=...)`) learns from it:
+    which migrated tables the transform has finished (no later step of the micro-batch commits to them), that the
+    whole transform is done (marked in the batch log), or that it was abandoned. Thread-safe; every wait ends once
+    the transform is done or abandoned, so whoever runs the transform must say one of the two."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._finished: set[str] = set()
+        self._done = False
+        self._abandoned: str | None = None
+
+    def finished(self, tables: Iterable[Table]) -> None:
+        with self._changed:
+            self._finished.update(t.qualified_name for t in tables)
+            self._changed.notify_all()
+
+    def done(self) -> None:
+        with self._changed:
+            self._done = True
+            self._changed.notify_all()
+
+    def abandon(self, reason: str) -> None:
+        with self._changed:
+            self._abandoned = reason
+            self._changed.notify_all()
+
+    def wait_for(self, table: Table | None) -> bool:
+        """Wait until `table` is finished (None: until the whole transform is done); return whether the whole
+        transform is done. Raises `TransformAbandoned` once the transform is abandoned."""
+        with self._changed:
+            while True:
+                if self._abandoned is not None:
+                    raise TransformAbandoned(self._abandoned)
+                if self._done or (table is not None and table.qualified_name in self._finished):
+                    return self._done
+                self._changed.wait()
 
 
 def pending_batches(lake: Lake, warehouse: Warehouse) -> list[int]:
@@ -231,6 +287,8 @@ def _migrate_upto(
     visible: int,
     done_versions: dict[str, int],
     batch_log: _BatchLogView,
+    *,
+    beside: TransformProgress | None = None,
 ) -> MigrationReport:
     started = time.perf_counter()
     versions: dict[str, int] = {}
@@ -238,24 +296,51 @@ def _migrate_upto(
     # The unit makes visible every batch of the log in (visible, upto], and `upto` itself.
     unit = tuple(sorted({b for b in batch_log.arrived if visible < b <= upto} | {upto}))
 
+    def change(table: Table) -> TableChange | None:
+        """The table's net change from the last version migrated (in the ledger, or earlier in this unit) to its
+        newest version of a batch <= upto; None when there is nothing to migrate."""
+        if not lake.exists(table):
+            return None
+        key = ledger_key(table)
+        after = versions.get(key, done_versions.get(key, 0))
+        history = lake.history(table, after=after)  # only the commits not migrated yet
+        target = target_version(history, after, upto)
+        versions[key] = target
+        if target <= after:
+            return None
+        feed = lake.changes(table, after + 1, target)
+        if table.layer == "warehouse":  # batch_metrics.rows counts warehouse data only (see the module docstring)
+            for batch_id, n in rows_per_batch(feed, history).items():
+                rows[batch_id] = rows.get(batch_id, 0) + n
+        upserts, deletes = net_changes(feed, table)
+        return TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes)
+
     def changes() -> Iterator[TableChange]:
-        """Each table's net change, read from Delta while PostgreSQL lands the one before (`read_ahead`)."""
+        """Each table's net change, read from Delta while PostgreSQL lands the one before (`read_ahead`); beside a
+        transform, each once the transform finished it, and again at the end if it moved since."""
+        nonlocal batch_log
+        early: list[Table] = []
         for table in tables:
-            if not lake.exists(table):
-                continue
-            key = ledger_key(table)
-            after = done_versions.get(key, 0)
-            history = lake.history(table, after=after)  # only the commits not migrated yet
-            target = target_version(history, after, upto)
-            versions[key] = target
-            if target <= after:
-                continue
-            feed = lake.changes(table, after + 1, target)
-            if table.layer == "warehouse":  # batch_metrics.rows counts warehouse data only (see the module docstring)
-                for batch_id, n in rows_per_batch(feed, history).items():
-                    rows[batch_id] = rows.get(batch_id, 0) + n
-            upserts, deletes = net_changes(feed, table)
-            yield TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes)
+            if beside is not None and not beside.wait_for(table):
+                early.append(table)
+            if (found := change(table)) is not None:
+                yield found
+        if beside is not None:
+            beside.wait_for(None)
+            batch_log = _read_batch_log(lake)  # now with the transform's end, for the batch_metrics rows
+            for table in early:
+                key = ledger_key(table)
+                taken = versions.get(key)
+                if not lake.exists(table) or lake.version(table) == taken:
+                    continue
+                found = change(table)
+                if found is None or not (found.upserts.num_rows or found.deletes.num_rows):
+                    # nothing but commits without data (the transform's compaction): the next unit takes them
+                    if taken is not None:
+                        versions[key] = taken
+                    continue
+                log.info("%s changed after its step had finished; migrating the rest", table.qualified_name)
+                yield found
 
     def metrics() -> list[BatchMetric]:
         """The unit's batch_metrics rows (called once every change has been read: `rows` is complete then)."""

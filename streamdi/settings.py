@@ -147,6 +147,13 @@ class Settings(BaseSettings):
         "Every open and every catch-up of a table reads the commits since its last checkpoint, so a low value keeps "
         "micro-batches quick (~17 ms per table maintained).",
     )
+    migrate_beside_transform: bool = Field(
+        default=True,
+        description="When one run transforms a micro-batch and then migrates it (`streamdi load`, `run`, the stream "
+        "service), open the migration's PostgreSQL transaction as the transform starts and land each table once the "
+        "step that writes it is done; the transaction commits after the whole transform, so a micro-batch still "
+        "becomes visible whole. false: migrate after the transform.",
+    )
     resident_mb: int = Field(
         default=1024,
         ge=0,
@@ -233,6 +240,7 @@ class Settings(BaseSettings):
             "STREAMDI_CHECKPOINT_EVERY": str(self.checkpoint_every),
             "STREAMDI_VACUUM_RETENTION_HOURS": str(self.vacuum_retention_hours),
             "STREAMDI_RESIDENT_MB": str(self.resident_mb),
+            "STREAMDI_MIGRATE_BESIDE_TRANSFORM": str(self.migrate_beside_transform).lower(),
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
             "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",

@@ -20,11 +20,19 @@ STREAMDI = str(Path(sys.executable).with_name("streamdi"))
 
 
 def env_for(
-    home: Path, fault: str | None = None, compact: str | None = None, remote: str = "off", master: str = "local[2]"
+    home: Path,
+    fault: str | None = None,
+    compact: str | None = None,
+    remote: str = "off",
+    master: str = "local[2]",
+    beside: bool = True,
 ) -> dict[str, str]:
+    """`beside`: the migration runs beside the transform (`STREAMDI_MIGRATE_BESIDE_TRANSFORM`, the default) or
+    after it."""
     drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER=master, STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
+    env["STREAMDI_MIGRATE_BESIDE_TRANSFORM"] = str(beside).lower()
     env["STREAMDI_SPARK_REMOTE"] = remote
     if fault:
         env["STREAMDI_FAULT_AT"] = fault
@@ -41,10 +49,11 @@ def load(
     compact: str | None = None,
     remote: str = "off",
     master: str = "local[2]",
+    beside: bool = True,
 ) -> int:
     done = subprocess.run(
         [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
-        env=env_for(home, fault, compact, remote, master),
+        env=env_for(home, fault, compact, remote, master, beside),
         capture_output=True,
         text=True,
         timeout=600,

@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
 from jobs import stage, transform
@@ -24,7 +25,8 @@ from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
 from streamdi.locks import LakeBusy, lake_lease
-from streamdi.migrator import migrate_batch
+from streamdi.migrator import MigrationReport, TransformAbandoned, TransformProgress, migrate_batch
+from streamdi.pools import kept_pool
 from streamdi.quality import summarize, warm_up
 
 log = logging.getLogger(__name__)
@@ -94,15 +96,22 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
 
 
 @_leased
-def transform_job(ctx: JobContext, batch_id: int) -> dict:
+def transform_job(ctx: JobContext, batch_id: int, *, progress: TransformProgress | None = None) -> dict:
     """Run the transaction graph, each step followed by its warehouse suites. A failed halt check halts the
     batch's transform in the batch log (its later steps and its migration wait for an operator; the detail then
-    has `halted`); otherwise the stage is marked done."""
+    has `halted`); otherwise the stage is marked done. `progress` hears of each step's finished tables
+    (`jobs.transform.Step.final`), for a migration running beside (`MigrationBeside`)."""
     warm_up()  # the warehouse suites need Great Expectations after the first step
     batch_log = BatchLog(ctx.lake)
     if _needs_spark(batch_log, batch_id):
         ctx.start_spark()  # the JVM starts while the step reads its scope and the reference data
-    report = transform.run(ctx, batch_id, attempt=batch_log.resumes(batch_id, "transform"))
+    finals = {step.name: step.final for step in transform.STEPS}
+    report = transform.run(
+        ctx,
+        batch_id,
+        attempt=batch_log.resumes(batch_id, "transform"),
+        on_step=None if progress is None else lambda step, _seconds: progress.finished(finals[step]),
+    )
     detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
     fault_point("pipeline.before_mark_transform")
     if report.halts:
@@ -178,18 +187,76 @@ def maintain_job(ctx: JobContext, *, pending: list[tuple[int, str]] | None = Non
     return ctx.lake.maintain(ctx.settings.checkpoint_every, ctx.settings.vacuum_retention_hours)
 
 
-def migrate_job(ctx: JobContext, batch_id: int) -> dict:
+def migrate_job(ctx: JobContext, batch_id: int, *, beside: Future[MigrationReport] | None = None) -> dict:
     """Push mode: make the batch visible in PostgreSQL (with any earlier batch not yet visible) in one
     transaction. When a pull or `streamdi migrate` already made it visible this costs one query, and the stage
-    is still marked done."""
+    is still marked done. `beside`: the migration already running beside the transform (`MigrationBeside`),
+    whose end this waits for instead."""
     batch_log = BatchLog(ctx.lake)
-    warehouse = ctx.warehouse
-    warehouse.ensure_objects(WAREHOUSE_TABLES)
-    report = migrate_batch(ctx.lake, warehouse, batch_id, mode="push")
+    report = _migrate(ctx, batch_id) if beside is None else beside.result()
     detail = {"rows": report.tables, "versions": report.versions, "batches": list(report.batches)}
     fault_point("pipeline.before_mark_migrate")
     batch_log.mark(batch_id, "migrate", "done", now=wall_clock(), detail=detail)
     return detail
+
+
+def _migrate(ctx: JobContext, batch_id: int, beside: TransformProgress | None = None) -> MigrationReport:
+    warehouse = ctx.warehouse
+    warehouse.ensure_objects(WAREHOUSE_TABLES)
+    return migrate_batch(ctx.lake, warehouse, batch_id, mode="push", beside=beside)
+
+
+class MigrationBeside:
+    """A micro-batch's transform with its migration running beside it, for a run that does both (`drive`): the
+    migration's transaction opens when the transform starts, lands each table as soon as the step that writes it is
+    done (`jobs.transform.Step.final`), and commits once the transform is marked done -- the batch still becomes
+    visible whole or not at all. The transform's Python and Arrow work and PostgreSQL's COPY and index builds then
+    share the machine's cores instead of taking turns. A transform that fails or halts rolls the migration back; the
+    migrate step then runs again later, as it would have. Off with `migrate_beside_transform` (settings)."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        self._progress = TransformProgress()
+        self._migration: Future[MigrationReport] | None = None
+
+    def transform_job(self, ctx: JobContext, batch_id: int) -> dict:
+        # one thread kept for the process's life: the Delta tables it opens are caught up at the next micro-batch
+        self._migration = kept_pool("migrate", 1).submit(_migrate, ctx, batch_id, self._progress)
+        try:
+            detail = transform_job(ctx, batch_id, progress=self._progress)
+        except BaseException:
+            self._abandon("the transform failed")
+            raise
+        if detail.get("halted"):
+            self._abandon("the transform halted")
+        else:
+            self._progress.done()
+        return detail
+
+    def migrate_job(self, ctx: JobContext, batch_id: int) -> dict:
+        assert self._migration is not None, "the transform runs first"
+        return migrate_job(ctx, batch_id, beside=self._migration)
+
+    def _abandon(self, reason: str) -> None:
+        """Roll the migration back and wait for it to end (a failure of its own is logged, not raised: the
+        transform's outcome is what the run reports)."""
+        self._progress.abandon(reason)
+        assert self._migration is not None
+        wait([self._migration])
+        failure = self._migration.exception()
+        if failure is not None and not isinstance(failure, TransformAbandoned):
+            log.warning("micro-batch %s: the migration beside the transform failed: %s", self.batch_id, failure)
+
+
+def _beside(ctx: JobContext, plan: list[tuple[int, str]], i: int) -> bool:
+    """Whether `drive` runs the plan's step i (a transform) with its batch's migration beside it: the migrate step
+    follows it in the plan."""
+    batch_id, stage_name = plan[i]
+    return (
+        stage_name == "transform"
+        and ctx.settings.migrate_beside_transform
+        and plan[i + 1 : i + 2] == [(batch_id, "migrate")]
+    )
 
 
 STAGE_JOBS: dict[str, Callable[[JobContext, int], dict]] = {
@@ -283,9 +350,10 @@ def drive(
        Spark and PostgreSQL start in the background when the plan will need them.
     6. Each step in turn: `stage_job` -> `transform_job` (T0..T4, AG, DM) -> `migrate_job`; each marks itself done
        in the batch log (the migrate step also in the ledger). `stop_before_batch` is asked before each later
-       batch; a step that halts its batch ends the loop. With a `part`, the scope's steps are the catch-up
-       (only for the graph's first step) and the part (`transform_step_job`) runs last, unless the transform is
-       finished already; it needs its batch staged.
+       batch; a step that halts its batch ends the loop. A transform followed by its batch's migrate step runs with
+       the migration beside it (`MigrationBeside`): the migrate step then waits for that migration's commit. With a
+       `part`, the scope's steps are the catch-up (only for the graph's first step) and the part
+       (`transform_step_job`) runs last, unless the transform is finished already; it needs its batch staged.
     7. Maintenance (`maintain_job`) at the end of a run up to the last stage that met no halt up to its last batch,
        ran a step or collected, and left nothing pending; skipped while another runner holds the lake.
     """
@@ -322,11 +390,18 @@ def drive(
             ctx.start_warehouse()  # PostgreSQL starts while the earlier stages run
 
         in_flight = None
-        for batch_id, stage_name in report.plan:
+        beside: MigrationBeside | None = None
+        for i, (batch_id, stage_name) in enumerate(report.plan):
             if batch_id != in_flight and in_flight is not None and stop_before_batch and stop_before_batch():
                 break
             in_flight = batch_id
-            step = _run(ctx, batch_id, stage_name, STAGE_JOBS[stage_name], on_step)
+            job = STAGE_JOBS[stage_name]
+            if _beside(ctx, report.plan, i):
+                beside = MigrationBeside(batch_id)
+                job = beside.transform_job
+            elif beside is not None and (batch_id, stage_name) == (beside.batch_id, "migrate"):
+                job = beside.migrate_job
+            step = _run(ctx, batch_id, stage_name, job, on_step)
             report.steps.append(step)
             if step.detail.get("halted"):
                 break  # the stage halted its batch: nothing after it may run

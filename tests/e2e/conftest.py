@@ -23,12 +23,13 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def reference(data, tmp_path_factory) -> tuple[dict, list[int], Path]:
-    """The uncrashed run: its snapshot, the commits each batch made, and a copy of its home after Batch1."""
+    """The uncrashed run: its snapshot, the commits each batch made, and a copy of its home after Batch1. It
+    migrates each batch after its transform (the runs compared with it migrate beside the transform, the default)."""
     home = tmp_path_factory.mktemp("reference")
     after_batch1 = tmp_path_factory.mktemp("after-batch1") / "home"
     counts = []
     for batch in (1, 2):
-        assert load(home, data, batch) == 0
+        assert load(home, data, batch, beside=False) == 0
         counts.append(streamdi_commits(home / "lake") - sum(counts))
         if batch == 1:  # the embedded server stops with the last process: its data directory copies cleanly
             copy_home(home, after_batch1)

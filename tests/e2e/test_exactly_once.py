@@ -77,6 +77,68 @@ def test_crash_right_after_a_named_commit_of_batch2_then_rerun_equals_the_uncras
         assert got["delta"][table] == rows, f"{table} differs after a crash after {commit} and a rerun"
 
 
+def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_them_back(data, reference, tmp_path):
+    """Batch2's migration runs beside its transform: paused right after AG's window_latest commit (AG's last), its
+    open transaction has landed the tables of T0-T4 (it holds their write locks) while a reader still sees Batch1 only
+    and the ledger has nothing of Batch2. A SIGKILL there leaves PostgreSQL at Batch1; the rerun ends where the
+    reference (which migrates after the transform) ended."""
+    import subprocess
+    import time
+
+    from cli_runs import STREAMDI, env_for
+
+    from streamdi.warehouse import open_warehouse
+
+    expected, _, after_batch1 = reference
+    home = tmp_path / "home"
+    copy_home(after_batch1, home)
+    paused = tmp_path / "paused"
+    env = {**env_for(home, fault="lake.after_commit:AG/window_latest"), "STREAMDI_FAULT_PAUSE": str(paused)}
+    loading = subprocess.Popen(
+        [STREAMDI, "load", "--data", str(data), "--batch", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    settings = Settings(home=home)
+    try:
+        deadline = time.monotonic() + 300
+        while not paused.exists():
+            assert loading.poll() is None and time.monotonic() < deadline, loading.communicate()
+            time.sleep(0.1)
+        warehouse = open_warehouse(settings)
+        landed = {"dimcustomer", "dimaccount", "dimtrade", "factholdings", "factmarkethistory"}
+        locked: set[str] = set()
+        while not landed <= locked:  # the migration lands them while AG's commit is held at the fault point
+            assert time.monotonic() < deadline, locked
+            _, rows = warehouse.query(
+                """SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = 'dw' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()""",
+                role="admin",
+            )
+            locked = {name for (name,) in rows}
+            time.sleep(0.1)
+        assert warehouse.last_visible_batch() == 1
+        assert warehouse.query("SELECT count(*) FROM streamdi.migration_ledger WHERE batch_id = 2")[1] == [(0,)]
+        loading.kill()
+        loading.communicate(timeout=60)
+        assert warehouse.last_visible_batch() == 1
+        assert warehouse.query("SELECT count(*) FROM streamdi.migration_ledger WHERE batch_id = 2")[1] == [(0,)]
+    finally:
+        if loading.poll() is None:
+            loading.kill()
+        paused.unlink(missing_ok=True)
+    assert load(home, data, 2) == 0
+    assert snapshot(home) == expected
+    # every commit to a table a step declares final comes from that step (`Step.final`), in both batches
+    from jobs.transform import STEPS
+    from streamdi.lake import Lake
+
+    lake = Lake(home / "lake")
+    for step in STEPS:
+        for table in step.final:
+            writers = {c.app_id.split("/")[0] for c in lake.history(table) if c.app_id}
+            assert writers <= {step.name}, (table.name, writers)
+
+
 def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
     """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default): the client process is killed right after T1's
     DimSecurity commit in Batch1 (T1 is the step that runs Spark jobs, on that server), while T2 runs beside it; the

@@ -66,3 +66,13 @@ def test_t0_to_t4_and_ag_are_followed_by_their_warehouse_suites_and_dm_is_not():
 
     assert [s.name for s in STEPS if s.checked] == ["T0", "T1", "T2", "T3", "T4", "AG"]
     assert sorted(STEP_TABLES) == ["AG", "T0", "T1", "T2", "T3", "T4"]
+
+
+def test_each_migrated_table_is_declared_final_by_at_most_one_step_and_dimessages_by_none():
+    """`Step.final` tells a migration beside the transform when a table is complete: a table two steps declared
+    would be taken after the first of them."""
+    from schemas.warehouse import DI_MESSAGES, WAREHOUSE_TABLES
+
+    declared = [t.qualified_name for s in STEPS for t in s.final]
+    assert len(declared) == len(set(declared))
+    assert set(declared) == {t.qualified_name for t in WAREHOUSE_TABLES} - {DI_MESSAGES.qualified_name}
