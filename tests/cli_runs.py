@@ -96,6 +96,18 @@ def snapshot(home: Path) -> dict:
     return {"delta": delta, "postgres": sorted(rows)}
 
 
+def locked_tables(warehouse) -> set[str]:
+    """`dw` tables another session holds a write lock on: an INSERT or COPY of a transaction not yet committed (a
+    migration beside the transform lands its tables that way before its COMMIT)."""
+    _, rows = warehouse.query(
+        """SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = 'dw' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()""",
+        role="admin",
+    )
+    return {name for (name,) in rows}
+
+
 def copy_home(source: Path, target: Path) -> None:
     """Copy a STREAMDI_HOME keeping file owners (the embedded server's data directory belongs to its own user
     when tests run as root)."""

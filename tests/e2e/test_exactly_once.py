@@ -85,7 +85,7 @@ def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_the
     import subprocess
     import time
 
-    from cli_runs import STREAMDI, env_for
+    from cli_runs import STREAMDI, env_for, locked_tables
 
     from streamdi.warehouse import open_warehouse
 
@@ -108,13 +108,7 @@ def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_the
         locked: set[str] = set()
         while not landed <= locked:  # the migration lands them while AG's commit is held at the fault point
             assert time.monotonic() < deadline, locked
-            _, rows = warehouse.query(
-                """SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-                   JOIN pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = 'dw' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()""",
-                role="admin",
-            )
-            locked = {name for (name,) in rows}
+            locked = locked_tables(warehouse)
             time.sleep(0.1)
         assert warehouse.last_visible_batch() == 1
         assert warehouse.query("SELECT count(*) FROM streamdi.migration_ledger WHERE batch_id = 2")[1] == [(0,)]

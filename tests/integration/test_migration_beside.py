@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
+from cli_runs import locked_tables
 from test_migration_pending import (
     STATUS_TYPES,
     T0,
@@ -48,17 +49,6 @@ WAIT_S = 60
 BEFORE_T3 = (*REFERENCE_TABLES, DIM_BROKER, *SECURITY_TABLES, *ACCOUNT_TABLES)  # T0, T1, T2's tables
 
 
-def locked_tables(warehouse) -> set[str]:
-    """dw tables another session holds a write lock on (an INSERT or COPY of a transaction not yet committed)."""
-    _, rows = warehouse.query(
-        """SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-           JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = 'dw' AND l.mode = 'RowExclusiveLock' AND l.pid <> pg_backend_pid()""",
-        role="admin",
-    )
-    return {name for (name,) in rows}
-
-
 def wait_until(condition, what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not condition():
@@ -73,6 +63,15 @@ def ending(progress: TransformProgress):
         yield
     finally:
         progress.abandon("the test ended")
+
+
+def t3_lands(stream: StreamLake, target, progress: TransformProgress, batch_id: int, trades: list[dict]) -> None:
+    """T0, T1 and T2 write nothing in the batch; T3 commits `trades` to DimTrade and is done; then wait until the
+    migration beside it has landed DimTrade in its open transaction."""
+    progress.finished(BEFORE_T3)
+    stream.lake.upsert(DIM_TRADE, arrow(DIM_TRADE, trades), app_id="T3/dimtrade", version=batch_id)
+    progress.finished([DIM_TRADE])
+    wait_until(lambda: "dimtrade" in locked_tables(target), "DimTrade to land in the open transaction")
 
 
 def started_batch(stream: StreamLake) -> int:
@@ -111,13 +110,10 @@ def test_tables_land_as_their_step_finishes_and_become_visible_with_the_transfor
     progress = TransformProgress()
     with ThreadPoolExecutor(1) as pool, ending(progress):
         migration = pool.submit(migrate_batch, stream.lake, target, batch_id, beside=progress)
-        progress.finished(BEFORE_T3)  # T0, T1 and T2 wrote nothing in this batch
         # T3: trades 1-5 complete, trade 21 arrives
         first = [completed(trade_row(i), Decimal("30.50") + i) for i in range(1, 6)] + [trade_row(21, batchid=2)]
-        stream.lake.upsert(DIM_TRADE, arrow(DIM_TRADE, first), app_id="T3/dimtrade", version=batch_id)
+        t3_lands(stream, target, progress, batch_id, first)
         stream.model.apply(first)
-        progress.finished([DIM_TRADE])
-        wait_until(lambda: "dimtrade" in locked_tables(target), "DimTrade to land in the open transaction")
         # landed, not visible: a reader still sees batch 1 only
         assert target.last_visible_batch() == 1
         assert [r[:2] for r in trades_in_pg(target)] == [(i, "Submitted") for i in range(1, 21)]
@@ -145,11 +141,8 @@ def test_an_abandoned_transform_leaves_postgresql_as_it_was_and_a_later_migratio
     progress = TransformProgress()
     with ThreadPoolExecutor(1) as pool, ending(progress):
         migration = pool.submit(migrate_batch, stream.lake, target, batch_id, beside=progress)
-        progress.finished(BEFORE_T3)
         rows = [completed(trade_row(i), Decimal("11.25")) for i in range(6, 9)]
-        stream.lake.upsert(DIM_TRADE, arrow(DIM_TRADE, rows), app_id="T3/dimtrade", version=batch_id)
-        progress.finished([DIM_TRADE])
-        wait_until(lambda: "dimtrade" in locked_tables(target), "DimTrade to land in the open transaction")
+        t3_lands(stream, target, progress, batch_id, rows)
         progress.abandon("the transform halted")
         with pytest.raises(TransformAbandoned, match="the transform halted"):
             migration.result(timeout=WAIT_S)
@@ -189,12 +182,9 @@ def test_a_compaction_after_a_table_landed_adds_no_second_change_and_the_next_ba
     progress = TransformProgress()
     with ThreadPoolExecutor(1) as pool, ending(progress):
         migration = pool.submit(migrate_batch, stream.lake, target, batch_id, beside=progress)
-        progress.finished(BEFORE_T3)
         rows = [trade_row(i, batchid=2) for i in range(41, 44)]  # new trades: a file of their own
-        stream.lake.upsert(DIM_TRADE, arrow(DIM_TRADE, rows), app_id="T3/dimtrade", version=batch_id)
+        t3_lands(stream, target, progress, batch_id, rows)
         stream.model.apply(rows)
-        progress.finished([DIM_TRADE])
-        wait_until(lambda: "dimtrade" in locked_tables(target), "DimTrade to land in the open transaction")
         before = stream.lake.version(DIM_TRADE)
         assert stream.lake.compact(min_small_files=2)[DIM_TRADE.qualified_name] == 2
         assert stream.lake.version(DIM_TRADE) == before + 1
