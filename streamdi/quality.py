@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ import pyarrow.compute as pc
 
 from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
+from streamdi.gx_import import import_great_expectations
 from streamdi.suites import MAX_DETAIL_VALUES, Check, Suite, check_columns, condition_columns, load_suites
 
 
@@ -115,8 +115,7 @@ class Validator:
     """Great Expectations objects built once per process; `validate` runs a whole suite on a table's rows."""
 
     def __init__(self, suites: dict[str, Suite]) -> None:
-        os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # no usage statistics sent anywhere
-        import great_expectations as gx
+        gx = import_great_expectations()
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         # that module pins its logger at INFO ("Created temporary directory ... for ephemeral docs site" on every
@@ -285,6 +284,8 @@ def _split(suite: Suite, rows: pa.Table, batch_id: int, failing: dict[int, list[
 # ------------------------------------------------------------------------------------------------ process
 _validator: Validator | None = None
 _building = threading.Lock()
+_warming: threading.Thread | None = None  # the one warm-up thread, once started
+_warm_lock = threading.Lock()
 
 
 def validator() -> Validator:
@@ -298,11 +299,16 @@ def validator() -> Validator:
 
 def warm_up() -> None:
     """Build the process's Validator in a background thread. Importing Great Expectations takes seconds of pure
-    Python; started when the stage step starts, it overlaps the parse (and the JVM's start, begun in the
-    background by a run that will transform) instead of adding to them. `validator()` waits for it (a failure
-    surfaces there, raised again by the build)."""
-    if _validator is None:
-        threading.Thread(target=_build_quietly, name="gx-warm-up", daemon=True).start()
+    Python; started when the stage step starts (or when `streamdi load` starts delivering a batch), it overlaps the
+    delivery and the parse (and the JVM's start, begun in the background by a run that will transform) instead of
+    adding to them. Starts one thread per process at most. `validator()` waits for it (a failure surfaces there,
+    raised again by the build)."""
+    global _warming
+    with _warm_lock:
+        if _validator is not None or _warming is not None:
+            return
+        _warming = threading.Thread(target=_build_quietly, name="gx-warm-up", daemon=True)
+    _warming.start()
 
 
 def _build_quietly() -> None:

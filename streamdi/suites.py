@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from schemas.model import Table
+from streamdi.gx_import import import_great_expectations
 
 POLICIES = ("warn", "quarantine", "halt")
 EXPECTATIONS_DIR = Path(__file__).resolve().parents[1] / "expectations"
@@ -98,6 +99,7 @@ def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
 
 
 def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
+    import_great_expectations()
     from great_expectations.expectations.registry import get_expectation_impl
 
     try:

@@ -11,9 +11,9 @@ when a site is built.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from streamdi.gx_import import import_great_expectations
 from streamdi.report.figures import LABELS
 from streamdi.report.gather import BatchState, CheckResult, QualityData
 
@@ -40,8 +40,7 @@ def build_data_docs(data: QualityData, site_dir: Path) -> dict[tuple[int, int, s
     """Build GX Data Docs for every (micro-batch, attempt, table) of `data` into `site_dir` (which must not hold an
     older site: pages of results that are gone would stay). Returns the pages written, relative to the parent
     of `site_dir`, by (micro-batch, attempt, table); a page GX failed to render (it logs why) is left out."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")  # no usage statistics sent anywhere
-    import great_expectations as gx
+    gx = import_great_expectations()
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,

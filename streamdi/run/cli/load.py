@@ -156,7 +156,9 @@ def load(
         _process(settings)
     else:
         from streamdi.context import open_context
+        from streamdi.quality import warm_up
 
+        warm_up()  # the batch will be staged: Great Expectations imports while its files are delivered
         try:
             if drip:
                 ctx = open_context(settings)
