@@ -42,6 +42,20 @@ class JobContext:
                 self._spark = get_spark(self.settings)
         return self._spark
 
+    def forget_exited_spark(self) -> int | None:
+        """After the driver JVM exited (killed, out of memory): forget the session, so that the next use of `spark`
+        starts a new JVM. Returns the JVM's exit code, or None when it runs (or none was started)."""
+        with self._starting:
+            if self._spark is None:
+                return None
+            from streamdi.spark import forget_exited_jvm
+
+            code = forget_exited_jvm()
+            if code is not None:
+                self._spark = None
+                self.lake.spark = None  # the lake asks `spark` again (`spark_factory`)
+            return code
+
     def start_spark(self) -> None:
         """Start Spark in a background thread, for a caller that knows it will need it: the JVM starts on the
         idle core while the process imports and parses. `spark` waits for that start; if it fails, `spark`

@@ -76,6 +76,50 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     return spark
 
 
+def driver_jvm_exit() -> int | None:
+    """The exit code of the driver JVM this process started, once it has exited (negative: the signal that ended it,
+    e.g. -9 from the kernel's out-of-memory killer or `kill -9`); None while it runs or when this process started
+    none (Spark Connect)."""
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return None if proc is None else proc.poll()
+
+
+def forget_exited_jvm() -> int | None:
+    """When the driver JVM has exited, drop what PySpark keeps of it in this process (the session, its context and
+    the gateway to the JVM), so that the next `get_spark` starts a new JVM instead of calling the dead one (every
+    call would fail with "Connection refused"). Returns the JVM's exit code, or None (it runs, or there is none)."""
+    code = driver_jvm_exit()
+    if code is None:
+        return None
+    log.warning("the Spark driver JVM exited (%s); a new one starts when Spark is next used", jvm_exit_text(code))
+    gateway = SparkContext._gateway
+    with SparkContext._lock:
+        context = SparkContext._active_spark_context
+        if context is not None:
+            with contextlib.suppress(Exception):  # its JVM calls fail; the Python side (accumulator server) stops
+                context.stop()
+        with contextlib.suppress(Exception):
+            gateway.shutdown()  # the gateway's sockets and callback server
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    return code
+
+
+def jvm_exit_text(code: int) -> str:
+    """What an exit code of the driver JVM says, for an operator."""
+    if code == -9:
+        return (
+            "killed by SIGKILL: most often the kernel's out-of-memory killer, when the process's memory limit is below "
+            "the JVM's heap (STREAMDI_SPARK_DRIVER_MEMORY) plus what Python holds"
+        )
+    if code < 0:
+        return f"ended by signal {-code}"
+    return f"exit code {code}"
+
+
 _remote: dict[str, SparkSession] = {}
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 from deltalake import DeltaTable
 
 from schemas.warehouse import WAREHOUSE_TABLES
@@ -113,3 +115,24 @@ def copy_home(source: Path, target: Path) -> None:
     when tests run as root)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-a", str(source), str(target)], check=True)
+
+
+def kill_driver_jvm(pid: int, timeout: float = 300) -> None:
+    """SIGKILL the driver JVM that process `pid` started (PySpark's `spark-submit ... pyspark-shell`, not a `java
+    -version` probe), as the kernel's out-of-memory killer would, and wait until it has exited (a zombie until its
+    parent reaps it)."""
+    deadline = time.monotonic() + timeout
+    while not (jvms := [p for p in psutil.Process(pid).children(recursive=True) if _is_driver_jvm(p)]):
+        assert time.monotonic() < deadline, f"process {pid} started no driver JVM"
+        time.sleep(0.1)
+    assert len(jvms) == 1, jvms
+    jvms[0].kill()
+    while _is_driver_jvm(jvms[0]) and jvms[0].status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.05)
+
+
+def _is_driver_jvm(process: psutil.Process) -> bool:
+    try:
+        return process.name() == "java" and "org.apache.spark.deploy.SparkSubmit" in process.cmdline()
+    except (psutil.Error, OSError):  # gone, or a zombie whose command line cannot be read
+        return False

@@ -271,17 +271,24 @@ class StreamService:
 
     def _failed(self, exc: Exception, failures: int) -> None:
         """A run failed on something other than data (a halt is not an exception): PostgreSQL stopped, a disk full,
-        a lock. Its finished stages are in the batch log; the run is tried again after a pause that doubles up to
-        `RETRY_MAX` seconds, with the warehouse connection opened afresh (an embedded server that was stopped is
-        started again). After `GIVE_UP` failures in a row the service stops with the error (exit 1), for its
+        a lock, the driver JVM killed. Its finished stages are in the batch log; the run is tried again after a pause
+        that doubles up to `RETRY_MAX` seconds, with the warehouse connection opened afresh (an embedded server that
+        was stopped is started again) and, if the driver JVM has exited, a new one (the failure's message says how it
+        ended). After `GIVE_UP` failures in a row the service stops with the error (exit 1), for its
         supervisor (`streamdi_stream`, systemd, ...) to restart."""
         delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (failures - 1))
         message = f"{type(exc).__name__}: {exc}".strip()[:2000]
+        from streamdi.spark import driver_jvm_exit, jvm_exit_text
+
+        jvm = driver_jvm_exit()
+        if jvm is not None:
+            message = f"the Spark driver JVM exited ({jvm_exit_text(jvm)}); {message}"
         log.error("micro-batch run failed (attempt %s): %s; retrying in %gs", failures, message, delay, exc_info=exc)
         self._set(state="error", processing=None, error=message)
         if failures >= GIVE_UP:
             raise exc
         self.ctx.reset_warehouse()
+        self.ctx.forget_exited_spark()  # a driver JVM that died (out of memory, killed) starts again when next used
         self._stop.wait(delay)
 
     def _look(self) -> list[tuple[str, int, float]]:

@@ -133,6 +133,44 @@ def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_the
             assert writers <= {step.name}, (table.name, writers)
 
 
+def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
+    """`streamdi load` of Batch1 with its driver JVM killed with SIGKILL (as the kernel's out-of-memory killer does)
+    in the middle of T1, the step that runs Spark jobs (paused right after its DimCompany commit): the command fails
+    and says, after the traceback, that the JVM was killed and that a rerun does not redo finished steps; the reruns
+    of Batch1 and Batch2 end where the uncrashed run ended."""
+    import subprocess
+    import time
+
+    from cli_runs import STREAMDI, env_for, kill_driver_jvm
+
+    expected, _, _ = reference
+    home = tmp_path / "home"
+    paused = tmp_path / "paused"
+    env = {**env_for(home, fault="lake.after_commit:T1/dimcompany"), "STREAMDI_FAULT_PAUSE": str(paused)}
+    loading = subprocess.Popen(
+        [STREAMDI, "load", "--data", str(data), "--batch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not paused.exists():
+            assert loading.poll() is None and time.monotonic() < deadline, loading.communicate()
+            time.sleep(0.1)
+        kill_driver_jvm(loading.pid)
+        paused.unlink()
+        _, stderr = loading.communicate(timeout=300)
+    finally:
+        if loading.poll() is None:
+            loading.kill()
+        paused.unlink(missing_ok=True)
+    assert loading.returncode == 1
+    said = " ".join(stderr.decode().split())  # the message as one line, whatever the terminal width
+    assert "The Spark driver JVM exited during the run: killed by SIGKILL" in said, stderr.decode()[-3000:]
+    assert "the steps that finished are not redone" in said
+    assert load(home, data, 1) == 0
+    assert load(home, data, 2) == 0
+    assert snapshot(home) == expected
+
+
 def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
     """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default): the client process is killed right after T1's
     DimSecurity commit in Batch1 (T1 is the step that runs Spark jobs, on that server), while T2 runs beside it; the

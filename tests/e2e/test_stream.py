@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runs import STREAMDI, copy_home, env_for, snapshot
+from cli_runs import STREAMDI, copy_home, env_for, kill_driver_jvm, snapshot
 from windows_oracle import answered_rows, expected_windows, named_query_rows, stored_windows
 
 from streamdi import embedded_pg
 from streamdi.batchlog import BatchLog
 from streamdi.collector import part_of
-from streamdi.delivery import root_audits
+from streamdi.delivery import deliver_batch, root_audits
 from streamdi.generator.drip import DripOptions, drip, plan
 from streamdi.lake import Lake
 from streamdi.queries import NAMED_QUERIES
@@ -235,6 +235,37 @@ def test_a_missing_part_is_held_then_cut_past_its_grace_and_said_in_dimessages(d
         if table != "dimessages":
             assert got["delta"][table] == rows, f"{table} differs from the whole load"
     assert [r for r in got["delta"]["dimessages"] if r not in extra] == expected["delta"]["dimessages"]
+
+
+def test_the_driver_jvm_killed_under_the_stream_starts_again_and_the_stream_goes_on(data, reference, tmp_path):
+    """The service's driver JVM is killed with SIGKILL (as the kernel's out-of-memory killer does) in the middle of
+    Batch1's T1, the step that runs Spark jobs (paused right after its DimCompany commit): the run fails, the service
+    says that the JVM exited and how, starts a new JVM on the retry, and ends with the warehouse of `streamdi load`
+    of Batch1 and Batch2."""
+    expected, _, _ = reference
+    home = tmp_path / "home"
+    home.mkdir()
+    paused = tmp_path / "paused"
+    service = start_stream(
+        home,
+        "--idle-exit",
+        "4",
+        env={"STREAMDI_FAULT_AT": "lake.after_commit:T1/dimcompany", "STREAMDI_FAULT_PAUSE": str(paused)},
+    )
+    wait_running(home, service)
+    for batch in (1, 2):
+        deliver_batch(data, batch, home / "landing")
+    deadline = time.monotonic() + 300
+    while not paused.exists():
+        assert time.monotonic() < deadline and service.poll() is None, output(service)
+        time.sleep(0.1)
+    kill_driver_jvm(service.pid)
+    paused.unlink()
+    assert wait(service) == 0, output(service)
+    log = output(service)
+    assert "micro-batch run failed (attempt 1): the Spark driver JVM exited (killed by SIGKILL" in log, log
+    assert "the stream goes on after 1 failed attempt(s)" in log, log
+    assert_equals_reference(home, expected)
 
 
 def test_postgresql_stopped_under_the_stream_is_retried_and_the_stream_goes_on(data, reference, tmp_path):

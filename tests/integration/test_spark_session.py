@@ -73,3 +73,48 @@ stream.close()
         [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300, check=True
     )
     assert "Logging error" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_killed_driver_jvm_is_reported_and_a_new_one_starts_on_next_use(tmp_path):
+    """The driver JVM is killed with SIGKILL (as the kernel's out-of-memory killer does): the session's calls fail;
+    `forget_exited_spark` reports the exit code, and the context's next use of Spark starts another JVM that works.
+    While the JVM runs, there is nothing to forget."""
+    import json
+    import subprocess
+    import sys
+
+    script = """
+import json, sys
+from pyspark import SparkContext
+from streamdi.context import JobContext
+from streamdi.settings import Settings
+from streamdi.spark import driver_jvm_exit
+ctx = JobContext(Settings(home=sys.argv[1], spark_master="local[1]"))
+out = {"first": ctx.spark.range(3).count(), "forgotten_while_alive": ctx.forget_exited_spark()}
+first_jvm = SparkContext._gateway.proc
+out["first_pid"] = first_jvm.pid
+first_jvm.kill()
+first_jvm.wait()
+try:
+    ctx.spark.range(4).count()
+    out["dead_call"] = "worked"
+except Exception as exc:
+    out["dead_call"] = type(exc).__name__
+out["exit"] = driver_jvm_exit()
+out["forgotten"] = ctx.forget_exited_spark()
+out["again"] = ctx.spark.range(5).count()
+out["lake_reads_again"] = ctx.lake._spark() is ctx.spark
+out["second_pid"] = SparkContext._gateway.proc.pid
+out["exit_after"] = driver_jvm_exit()
+print(json.dumps(out))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["first"] == 3 and out["forgotten_while_alive"] is None
+    assert out["dead_call"] != "worked"
+    assert out["exit"] == -9 and out["forgotten"] == -9
+    assert out["again"] == 5 and out["lake_reads_again"] is True
+    assert out["second_pid"] != out["first_pid"] and out["exit_after"] is None

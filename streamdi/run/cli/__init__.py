@@ -92,6 +92,7 @@ def main() -> None:
         code = 1
     except BaseException:  # noqa: BLE001 - report it, then exit like Python would
         traceback.print_exc()
+        _explain_jvm_exit()
         code = 1
     try:
         atexit._run_exitfuncs()
@@ -99,3 +100,22 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _explain_jvm_exit() -> None:
+    """After a failed run: if the driver JVM died under it, say so and how (its calls failed with "Connection
+    refused", which names no cause)."""
+    if "streamdi.spark" not in sys.modules:  # no Spark in this process
+        return
+    from streamdi.spark import driver_jvm_exit, jvm_exit_text
+
+    code = driver_jvm_exit()
+    if code is not None:
+        err.print(
+            f"The Spark driver JVM exited during the run: {jvm_exit_text(code)}. Run the command again: the steps "
+            "that finished are not redone.",
+            style="red",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
