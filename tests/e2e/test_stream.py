@@ -252,16 +252,23 @@ def test_the_driver_jvm_killed_under_the_stream_starts_again_and_the_stream_goes
         "4",
         env={"STREAMDI_FAULT_AT": "lake.after_commit:T1/dimcompany", "STREAMDI_FAULT_PAUSE": str(paused)},
     )
-    wait_running(home, service)
-    for batch in (1, 2):
-        deliver_batch(data, batch, home / "landing")
-    deadline = time.monotonic() + 300
-    while not paused.exists():
-        assert time.monotonic() < deadline and service.poll() is None, output(service)
-        time.sleep(0.1)
-    kill_driver_jvm(service.pid)
-    paused.unlink()
-    assert wait(service) == 0, output(service)
+    try:
+        wait_running(home, service)
+        for batch in (1, 2):
+            deliver_batch(data, batch, home / "landing")
+        deadline = time.monotonic() + 300
+        while not paused.exists():
+            assert time.monotonic() < deadline and service.poll() is None, output(service)
+            time.sleep(0.1)
+        kill_driver_jvm(service.pid)
+        paused.unlink()
+        assert wait(service) == 0, output(service)
+    finally:  # a failure above must not leave the service waiting at its fault point
+        paused.unlink(missing_ok=True)
+        if service.poll() is None:
+            service.kill()
+            service.wait(60)
+            embedded_pg.stop_server(Settings(home=home))  # a killed service cannot stop its server
     log = output(service)
     assert "micro-batch run failed (attempt 1): the Spark driver JVM exited (killed by SIGKILL" in log, log
     assert "the stream goes on after 1 failed attempt(s)" in log, log
