@@ -90,6 +90,7 @@ def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
             f"no data-quality suites in {root} (expectations/<layer>/<table>.yml): the directory ships with streamdi "
             "(the repository, the wheel, the Docker image); without it no check would run"
         )
+    import_great_expectations()  # the checks are checked against its registry
     for path in paths:
         suite = _load_suite(path, tables)
         if suite.name in suites:
@@ -99,7 +100,6 @@ def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
 
 
 def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
-    import_great_expectations()
     from great_expectations.expectations.registry import get_expectation_impl
 
     try:

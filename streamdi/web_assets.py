@@ -280,9 +280,9 @@ def localize(site: Path, directory: Path = ASSET_DIR) -> int:
 
 
 def _gx_image(name: str) -> Path:
-    import great_expectations
+    from streamdi.gx_import import import_great_expectations
 
-    return Path(great_expectations.__file__).parent / "render" / "view" / "static" / "images" / name
+    return Path(import_great_expectations().__file__).parent / "render" / "view" / "static" / "images" / name
 
 
 def main(argv: list[str] | None = None) -> None:

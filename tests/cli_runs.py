@@ -136,3 +136,12 @@ def _is_driver_jvm(process: psutil.Process) -> bool:
         return process.name() == "java" and "org.apache.spark.deploy.SparkSubmit" in process.cmdline()
     except (psutil.Error, OSError):  # gone, or a zombie whose command line cannot be read
         return False
+
+
+def wait_paused(marker: Path, process: subprocess.Popen, timeout: float = 300, output=None) -> None:
+    """Until `process` waits at its fault point (`STREAMDI_FAULT_PAUSE` created `marker`); fails with its output
+    (`output()`, by default what it wrote to its pipes) if it ends first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert process.poll() is None and time.monotonic() < deadline, (output or process.communicate)()
+        time.sleep(0.1)

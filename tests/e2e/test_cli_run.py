@@ -318,9 +318,7 @@ def test_the_lake_disk_full_during_a_commit_fails_clearly_and_resumes_exactly_on
     """The lake lives on a small file system that fills up while `streamdi run` is about to commit T0's DimDate: the
     run fails with one line that says so and what to do; once space is free, a rerun ends with the warehouse of a
     run that never met a full disk (Delta and PostgreSQL)."""
-    import time
-
-    from cli_runs import snapshot
+    from cli_runs import snapshot, wait_paused
 
     reference = tmp_path / "reference"
     assert cli(reference, "run", "--sample").returncode == 0
@@ -345,10 +343,7 @@ def test_the_lake_disk_full_during_a_commit_fails_clearly_and_resumes_exactly_on
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 300
-        while not paused.exists():
-            assert running.poll() is None and time.monotonic() < deadline, running.communicate()
-            time.sleep(0.1)
+        wait_paused(paused, running)
         # the disk fills up (another process, a log, ...)
         with open(lake / "filler", "wb") as filler, pytest.raises(OSError, match="No space left on device"):
             while True:

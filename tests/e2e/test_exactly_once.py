@@ -85,7 +85,7 @@ def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_the
     import subprocess
     import time
 
-    from cli_runs import STREAMDI, env_for, locked_tables
+    from cli_runs import STREAMDI, env_for, locked_tables, wait_paused
 
     from streamdi.warehouse import open_warehouse
 
@@ -99,10 +99,8 @@ def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_the
     )
     settings = Settings(home=home)
     try:
+        wait_paused(paused, loading)
         deadline = time.monotonic() + 300
-        while not paused.exists():
-            assert loading.poll() is None and time.monotonic() < deadline, loading.communicate()
-            time.sleep(0.1)
         warehouse = open_warehouse(settings)
         landed = {"dimcustomer", "dimaccount", "dimtrade", "factholdings", "factmarkethistory"}
         locked: set[str] = set()
@@ -139,9 +137,8 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
     and says, after the traceback, that the JVM was killed and that a rerun does not redo finished steps; the reruns
     of Batch1 and Batch2 end where the uncrashed run ended."""
     import subprocess
-    import time
 
-    from cli_runs import STREAMDI, env_for, kill_driver_jvm
+    from cli_runs import STREAMDI, env_for, kill_driver_jvm, wait_paused
 
     expected, _, _ = reference
     home = tmp_path / "home"
@@ -151,10 +148,7 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
         [STREAMDI, "load", "--data", str(data), "--batch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 300
-        while not paused.exists():
-            assert loading.poll() is None and time.monotonic() < deadline, loading.communicate()
-            time.sleep(0.1)
+        wait_paused(paused, loading)
         kill_driver_jvm(loading.pid)
         paused.unlink()
         _, stderr = loading.communicate(timeout=300)

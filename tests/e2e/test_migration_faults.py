@@ -158,7 +158,7 @@ def test_postgres_restarted_in_the_middle_of_a_migration(settings, warehouse, la
     """PostgreSQL restarts while `streamdi migrate` is inside its transaction (between two COPY chunks of DimTrade):
     the run fails with one line that says what happened and what to do, PostgreSQL is exactly at the previous ledger
     state, and a rerun after the restart gives what an uninterrupted run gives."""
-    import time
+    from cli_runs import wait_paused
 
     from streamdi import embedded_pg
 
@@ -186,10 +186,7 @@ def test_postgres_restarted_in_the_middle_of_a_migration(settings, warehouse, la
     migrating = subprocess.Popen(
         [sys.executable, "-m", "streamdi.run.cli", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 120
-    while not paused.exists():
-        assert migrating.poll() is None and time.monotonic() < deadline, migrating.communicate()
-        time.sleep(0.1)
+    wait_paused(paused, migrating, timeout=120)
     assert embedded_pg.stop_server(settings)  # fast shutdown: the migration's session is cut
     embedded_pg.ensure_server(settings)
     paused.unlink()

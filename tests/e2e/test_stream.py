@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_runs import STREAMDI, copy_home, env_for, kill_driver_jvm, snapshot
+from cli_runs import STREAMDI, copy_home, env_for, kill_driver_jvm, snapshot, wait_paused
 from windows_oracle import answered_rows, expected_windows, named_query_rows, stored_windows
 
 from streamdi import embedded_pg
@@ -256,10 +256,7 @@ def test_the_driver_jvm_killed_under_the_stream_starts_again_and_the_stream_goes
         wait_running(home, service)
         for batch in (1, 2):
             deliver_batch(data, batch, home / "landing")
-        deadline = time.monotonic() + 300
-        while not paused.exists():
-            assert time.monotonic() < deadline and service.poll() is None, output(service)
-            time.sleep(0.1)
+        wait_paused(paused, service, output=lambda: output(service))
         kill_driver_jvm(service.pid)
         paused.unlink()
         assert wait(service) == 0, output(service)
