@@ -204,12 +204,12 @@ def _run(ctx: JobContext, scope: BatchScope, everything: bool) -> dict[str, int]
     withdrawn = withdrawn_alerts(_warehouse(ctx, wh.DI_MESSAGES), examined_keys, raised)
 
     written: dict[str, int] = {}
-    for table, rows, deletes in (
-        (wh.DIM_COMPANY, versions, company_deletes),
-        (wh.DIM_SECURITY, securities, security_deletes),
-        (wh.FINANCIAL, financials, financial_deletes),
+    for table, rows, deletes, source in (
+        (wh.DIM_COMPANY, versions, company_deletes, CMP),
+        (wh.DIM_SECURITY, securities, security_deletes, SEC),
+        (wh.FINANCIAL, financials, financial_deletes, FIN),
     ):
-        n = _commit(ctx, scope, table, rows, deletes)
+        n = _commit(ctx, scope, table, rows, deletes, source)
         if n is not None:
             written[table.name] = n
     n = _commit_alerts(ctx, scope, raised, withdrawn)
@@ -218,12 +218,25 @@ def _run(ctx: JobContext, scope: BatchScope, everything: bool) -> dict[str, int]
     return written
 
 
-def _commit(ctx: JobContext, scope: BatchScope, table: Table, rows: DataFrame, deletes: DataFrame) -> int | None:
+def _commit(
+    ctx: JobContext, scope: BatchScope, table: Table, rows: DataFrame, deletes: DataFrame, source: Table | None = None
+) -> int | None:
     """Upsert `rows` and delete the keys in `deletes` in one commit `T1/<table>`; None if already committed.
 
-    Rows and delete keys are computed by one Spark query (a flagged union), split afterwards in Arrow."""
+    The first load of a table (it is empty: Batch1) from at least `STREAMDI_EXECUTOR_WRITE_ROWS` staged records of
+    `source` deletes nothing, and its rows are written by Spark's executors and committed by the driver
+    (`Lake.upsert` of a DataFrame). Otherwise rows and delete keys are computed by one Spark query (a flagged union),
+    collected, split in Arrow, and MERGEd in the driver (on one machine the quicker way for SF 3's Financial,
+    172,901 rows: T1 took 13.3 s this way and 14.1-14.9 s with the executors writing)."""
     if scope.committed(ctx, STEP, table):
         return None
+    large = (
+        source is not None
+        and ctx.lake.exists(source)
+        and ctx.lake.row_count(source) >= ctx.settings.executor_write_rows
+    )
+    if large and ctx.lake.is_empty(table):
+        return ctx.lake.upsert(table, rows, app_id=scope.app_id(STEP, table), version=scope.batch_id).rows
     flag, names = "_delete", table.column_names
     keep = rows.select(*[F.col(c) for c in table.column_names], F.lit(False).alias(flag))
     drop = deletes.select(

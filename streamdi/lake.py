@@ -6,7 +6,8 @@ Spark does the compute; this module moves DataFrames in and out of Delta tables:
 - `append`, `overwrite` and `upsert` commit a Spark DataFrame **with an app transaction** `(app_id, version)`:
   the table's last recorded version for `app_id` is checked first (under a per-table lock) and a commit
   whose version is not newer is skipped, so a retried or replayed commit is a no-op. delta-rs records app
-  transactions but does not enforce them, hence the check here;
+  transactions but does not enforce them, hence the check here. A Spark DataFrame appended (or upserted into an
+  empty table) is written as Parquet by Spark's executors, and the driver only commits the files (`_commit_files`);
 - `changes` reads the change data feed between two versions;
 - `compact` bin-packs the small files that micro-batches leave behind (a commit that changes no rows);
 - every table is created from its declared schema with the change data feed on, and without deletion
@@ -29,6 +30,9 @@ import errno
 import json
 import logging
 import operator
+import os
+import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -50,6 +55,7 @@ from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.merge_bounds import key_bounds, target_bounds
+from streamdi.parquet_stats import delta_stats
 from streamdi.spark import arrow_frame, literal_frame
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,9 @@ METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
 FIRST_COMMIT = "00000000000000000000.json"  # a Delta log's first commit file
 LAST_CHECKPOINT = "_last_checkpoint"  # names a Delta log's newest checkpoint
+# Where Spark's executors write a commit's files before the driver moves them into the table and commits them
+# (`Lake._commit_files`); Delta readers and vacuum leave directories whose name starts with "_" alone.
+SCRATCH_DIR = "_streamdi_executor_writes"
 
 
 DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse (`Lake._dataset`)
@@ -427,7 +436,8 @@ class Lake:
 
     # ----------------------------------------------------------------------------------------- writes
     def append(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:
-        """Append the rows once: a repeated `(app_id, version)` (or an older version) is skipped."""
+        """Append the rows once: a repeated `(app_id, version)` (or an older version) is skipped. A Spark DataFrame
+        is written by Spark's executors and only committed by the driver (`_commit_files`)."""
         return self._commit(table, df, app_id, version, mode="append")
 
     def overwrite(self, table: Table, df: DataFrame | pa.Table, *, app_id: str, version: int) -> CommitResult:
@@ -447,7 +457,9 @@ class Lake:
         and delete the rows whose key is listed in `deletes` (key columns only) -- all in one commit.
 
         Skipped when `(app_id, version)` is already recorded. The source must hold at most one row per key,
-        and no key may be both upserted and deleted.
+        and no key may be both upserted and deleted. A Spark DataFrame upserted into an empty table without
+        deletes (the first load of a table: Batch1) is appended by Spark's executors (`_commit_files`); other
+        upserts are MERGEs in the driver.
         """
         if not table.key:
             raise ValueError(f"{table.qualified_name} declares no key; upsert needs one")
@@ -464,6 +476,8 @@ class Lake:
     ) -> CommitResult:
         if not self.exists(table):
             self.ensure_table(table)
+        if isinstance(df, DataFrame) and self._executors_append(table, mode, deletes):
+            return self._commit_files(table, df, app_id, version)
         data = self.to_arrow(table, df)
         doomed = self._delete_keys(table, deletes)
         with self.lock(table.qualified_name):
@@ -497,6 +511,87 @@ class Lake:
             new_version,
         )
         return CommitResult(table.qualified_name, app_id, version, True, new_version, data.num_rows)
+
+    def is_empty(self, table: Table) -> bool:
+        """Whether the table's latest snapshot has no data file (so no rows)."""
+        return not self.exists(table) or not self._delta(table).file_uris()
+
+    def _executors_append(self, table: Table, mode: str, deletes: DataFrame | pa.Table | None) -> bool:
+        """Whether a Spark DataFrame's commit is an append that Spark's executors write: an append, or an upsert
+        into an empty table without deletes (it inserts every row). A caller that wants the driver to write a small
+        DataFrame passes it as Arrow (`to_arrow`)."""
+        return mode == "append" or (mode == "merge" and deletes is None and self.is_empty(table))
+
+    def _commit_files(self, table: Table, df: DataFrame, app_id: str, version: int) -> CommitResult:
+        """Append `df` once per `(app_id, version)`: Spark's executors write its rows as Parquet (hash-partitioned
+        on the table's key, each file in the declared order), and the driver moves the files into the table and
+        commits them as add actions with their statistics (`streamdi.parquet_stats`) and the app transaction.
+        Nothing of the rows passes through the driver: only the files' footers are read.
+
+        Exactly once: under the table's commit lock, a recorded `(app_id, version)` is skipped; otherwise the files
+        of an earlier attempt that crashed before its commit (in the scratch directory, or moved into the table but
+        never committed, so no snapshot refers to them) are replaced, under the same names: they are named after
+        the app transaction and their position in the declared order."""
+        spark_schema = table.spark_schema()
+        frame = df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
+        order = list(table.order_by or table.key)
+        if order:
+            # hashed on the key into the session's shuffle partitions, each sorted: the files' contents do not depend
+            # on how the DataFrame was partitioned, and no pass computes it twice (a global sort samples it first)
+            by = list(table.key or order)
+            partitions = int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+            frame = frame.repartition(partitions, *by).sortWithinPartitions(*order)
+        path = self.path(table)
+        name = _file_stem(app_id, version)
+        scratch = path / SCRATCH_DIR / name
+        with self.lock(table.qualified_name):
+            delta = self._delta(table)
+            self._check_schema(table, delta)
+            done = delta.transaction_version(app_id)
+            if done is not None and done >= version:
+                log.info("skip append %s: app transaction %s already at %s", table.qualified_name, app_id, done)
+                return CommitResult(table.qualified_name, app_id, version, False, delta.version(), 0)
+            props = CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)],
+                custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
+            )
+            with _disk_full_is_clear(self.root, table):
+                shutil.rmtree(scratch, ignore_errors=True)
+                frame.write.mode("overwrite").option("compression", "snappy").parquet(scratch.as_uri())
+                fault_point("lake.after_executor_write")
+                actions, rows = [], 0
+                schema = table.arrow_schema()
+                for position, written in enumerate(sorted(scratch.glob("part-*.parquet"))):
+                    file_rows, stats = delta_stats(written, schema)
+                    if file_rows == 0:  # Spark writes a file of no rows for an empty DataFrame
+                        continue
+                    target = f"{name}-{position:05d}.snappy.parquet"
+                    os.replace(written, path / target)
+                    info = (path / target).stat()
+                    actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))
+                    rows += file_rows
+                shutil.rmtree(scratch, ignore_errors=True)
+                fault_point("lake.before_commit")
+                fault_point(f"lake.before_commit:{app_id}")
+                if actions:
+                    delta.create_write_transaction(actions, mode="append", schema=schema, commit_properties=props)
+                else:  # no rows: the app transaction alone, so a replay is skipped
+                    empty = schema.empty_table()
+                    write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
+            fault_point("lake.after_commit")
+            fault_point(f"lake.after_commit:{app_id}")
+            delta.update_incremental()
+            new_version = delta.version()
+        log.info(
+            "append %s rows into %s as %s@%s -> v%s (%d files written by Spark's executors)",
+            rows,
+            table.qualified_name,
+            app_id,
+            version,
+            new_version,
+            len(actions),
+        )
+        return CommitResult(table.qualified_name, app_id, version, True, new_version, rows)
 
     def _write(
         self,
@@ -764,6 +859,11 @@ class Lake:
         if self.spark is None:
             raise RuntimeError("this Lake was opened without a SparkSession; pass one to read DataFrames")
         return self.spark
+
+
+def _file_stem(app_id: str, version: int) -> str:
+    """The name stem of the files Spark's executors write for commit `(app_id, version)` of a table."""
+    return f"{re.sub(r'[^A-Za-z0-9]+', '-', app_id).strip('-')}-v{version}"
 
 
 def _first_commit_stamp(path: Path) -> tuple[int, int] | None:

@@ -43,6 +43,9 @@ def session_options(settings: Settings) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.ansi.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Files the executors write for a Delta table (`Lake._commit_files`) store timestamps as Parquet's
+        # microsecond timestamps, as delta-rs does, not Spark's legacy INT96.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         # Runtime bloom filters size a bit array for a million rows per join task; our joins meet small
         # micro-batches, where building them cost a third of a step (measured: T2 10 s -> 7 s per micro-batch).
         "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",

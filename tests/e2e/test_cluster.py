@@ -1,7 +1,8 @@
 """streamdi on a real Spark cluster: a standalone master and two workers started from the pyspark wheel on loopback
 (`streamdi.spark_standalone`), the driver a `streamdi load` process with `STREAMDI_SPARK_MASTER` set to the master.
 The lake is a path every process shares. Batch1 and Batch2 loaded there give the same warehouse, Delta and
-PostgreSQL, row for row, as the reference run on `local[2]` (tests/e2e/conftest.py), and both workers ran tasks."""
+PostgreSQL, row for row, as the reference run on `local[2]` (tests/e2e/conftest.py), both workers ran tasks, and
+the executors wrote T1's tables' files where the reference collected them into its driver."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ def test_a_load_on_a_two_worker_cluster_equals_the_local_load(data, reference, t
         state = cluster.state()
         assert [w["cores"] for w in state["workers"]] == [1, 1]
         for batch in (1, 2):
-            assert load(home, data, batch, master=cluster.url) == 0
+            assert load(home, data, batch, master=cluster.url, executor_write_rows=0) == 0
         assert cluster.workers_that_ran_tasks() == ["worker-1", "worker-2"]
         apps = cluster.state()["completedapps"]
         assert len(apps) == 1  # Batch1's `streamdi load` (T1 runs Spark jobs); Batch2's needs no Spark at all
     assert snapshot(home) == expected
+    # T1's first load of each table was written by the cluster's executors (`STREAMDI_EXECUTOR_WRITE_ROWS=0`; files
+    # named after its app transaction) and committed by the driver; the reference's driver wrote its own
+    for table in ("dimcompany", "dimsecurity", "financial"):
+        assert list((home / "lake" / "warehouse" / table).glob(f"T1-{table}-v*-*.snappy.parquet")), table
