@@ -29,7 +29,9 @@ its `sk_companyid` (`company_of_key`, the inverse of `surrogate_key`).
 Each table is committed once per micro-batch (`T1/<table>`, micro-batch id; DImessages as `T1/dimessages`,
 upserts and withdrawals in one MERGE, stamped like `jobs.messages.commit_messages`), and a table already
 committed for this micro-batch is skipped, so a rerun changes nothing. A few small intermediate results are
-computed once and their lineage cut (`_pin`), which keeps the step at a handful of Spark queries.
+computed once and their lineage cut (`_pin`), which keeps the step at a handful of Spark queries. The first load of a
+table from many staged records (`STREAMDI_EXECUTOR_WRITE_ROWS`) is written by Spark's executors and only committed
+by the driver; every other commit is collected into the driver and MERGEd there (`_commit`).
 """
 
 from __future__ import annotations
