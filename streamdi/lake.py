@@ -480,6 +480,28 @@ class Lake:
             return self._commit_files(table, df, app_id, version)
         data = self.to_arrow(table, df)
         doomed = self._delete_keys(table, deletes)
+        return self._checked_commit(
+            table,
+            app_id,
+            version,
+            mode,
+            place=lambda delta: data.num_rows,
+            write=lambda delta, props, _: self._write(delta, table, data, props, mode, doomed),
+        )
+
+    def _checked_commit(
+        self,
+        table: Table,
+        app_id: str,
+        version: int,
+        mode: str,
+        place: Callable[[DeltaTable], int],
+        write: Callable[[DeltaTable, CommitProperties, int], None],
+    ) -> CommitResult:
+        """The exactly-once commit both write paths share: under the table's lock, skip a recorded `(app_id,
+        version)`; otherwise `place` whatever must exist before the commit (the executors' files; returns the rows),
+        then `write` the commit with the app transaction, with the fault points around it and a full disk reported
+        as `LakeDiskFull`."""
         with self.lock(table.qualified_name):
             # one handle for the whole check-then-commit (caught up with every commit made before the lock was
             # taken), brought up to date after each write with the commits it made
@@ -493,24 +515,17 @@ class Lake:
                 app_transactions=[Transaction(app_id=app_id, version=version)],
                 custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
             )
-            fault_point("lake.before_commit")
-            fault_point(f"lake.before_commit:{app_id}")  # a fault right before one named commit
             with _disk_full_is_clear(self.root, table):
-                self._write(delta, table, data, props, mode, doomed)
+                rows = place(delta)
+                fault_point("lake.before_commit")
+                fault_point(f"lake.before_commit:{app_id}")  # a fault right before one named commit
+                write(delta, props, rows)
             fault_point("lake.after_commit")
             fault_point(f"lake.after_commit:{app_id}")  # a crash right after one named commit
             delta.update_incremental()
             new_version = delta.version()
-        log.info(
-            "%s %s rows into %s as %s@%s -> v%s",
-            mode,
-            data.num_rows,
-            table.qualified_name,
-            app_id,
-            version,
-            new_version,
-        )
-        return CommitResult(table.qualified_name, app_id, version, True, new_version, data.num_rows)
+        log.info("%s %s rows into %s as %s@%s -> v%s", mode, rows, table.qualified_name, app_id, version, new_version)
+        return CommitResult(table.qualified_name, app_id, version, True, new_version, rows)
 
     def is_empty(self, table: Table) -> bool:
         """Whether the table's latest snapshot has no data file (so no rows)."""
@@ -544,54 +559,43 @@ class Lake:
         path = self.path(table)
         name = _file_stem(app_id, version)
         scratch = path / SCRATCH_DIR / name
-        with self.lock(table.qualified_name):
-            delta = self._delta(table)
-            self._check_schema(table, delta)
-            done = delta.transaction_version(app_id)
-            if done is not None and done >= version:
-                log.info("skip append %s: app transaction %s already at %s", table.qualified_name, app_id, done)
-                return CommitResult(table.qualified_name, app_id, version, False, delta.version(), 0)
-            props = CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)],
-                custom_metadata={METADATA_APP_ID: app_id, METADATA_VERSION: str(version)},
+        schema = table.arrow_schema()
+        actions: list[AddAction] = []
+
+        def place(delta: DeltaTable) -> int:
+            """The executors write into the scratch directory; the files move into the table, named in order."""
+            shutil.rmtree(scratch, ignore_errors=True)
+            frame.write.mode("overwrite").option("compression", "snappy").parquet(scratch.as_uri())
+            fault_point("lake.after_executor_write")
+            rows = 0
+            for position, written in enumerate(sorted(scratch.glob("part-*.parquet"))):
+                file_rows, stats = delta_stats(written, schema)
+                if file_rows == 0:  # Spark writes a file of no rows for an empty DataFrame
+                    continue
+                target = f"{name}-{position:05d}.snappy.parquet"
+                os.replace(written, path / target)
+                info = (path / target).stat()
+                actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))
+                rows += file_rows
+            shutil.rmtree(scratch, ignore_errors=True)
+            log.info(
+                "%s: %d files written by Spark's executors for %s@%s",
+                table.qualified_name,
+                len(actions),
+                app_id,
+                version,
             )
-            with _disk_full_is_clear(self.root, table):
-                shutil.rmtree(scratch, ignore_errors=True)
-                frame.write.mode("overwrite").option("compression", "snappy").parquet(scratch.as_uri())
-                fault_point("lake.after_executor_write")
-                actions, rows = [], 0
-                schema = table.arrow_schema()
-                for position, written in enumerate(sorted(scratch.glob("part-*.parquet"))):
-                    file_rows, stats = delta_stats(written, schema)
-                    if file_rows == 0:  # Spark writes a file of no rows for an empty DataFrame
-                        continue
-                    target = f"{name}-{position:05d}.snappy.parquet"
-                    os.replace(written, path / target)
-                    info = (path / target).stat()
-                    actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))
-                    rows += file_rows
-                shutil.rmtree(scratch, ignore_errors=True)
-                fault_point("lake.before_commit")
-                fault_point(f"lake.before_commit:{app_id}")
-                if actions:
-                    delta.create_write_transaction(actions, mode="append", schema=schema, commit_properties=props)
-                else:  # no rows: the app transaction alone, so a replay is skipped
-                    empty = schema.empty_table()
-                    write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
-            fault_point("lake.after_commit")
-            fault_point(f"lake.after_commit:{app_id}")
-            delta.update_incremental()
-            new_version = delta.version()
-        log.info(
-            "append %s rows into %s as %s@%s -> v%s (%d files written by Spark's executors)",
-            rows,
-            table.qualified_name,
-            app_id,
-            version,
-            new_version,
-            len(actions),
-        )
-        return CommitResult(table.qualified_name, app_id, version, True, new_version, rows)
+            return rows
+
+        def write(delta: DeltaTable, props: CommitProperties, rows: int) -> None:
+            if actions:
+                delta.create_write_transaction(actions, mode="append", schema=schema, commit_properties=props)
+            else:  # no rows: the app transaction alone, so a replay is skipped
+                write_deltalake(
+                    delta, schema.empty_table(), mode="append", commit_properties=props, writer_properties=WRITER
+                )
+
+        return self._checked_commit(table, app_id, version, "append", place, write)
 
     def _write(
         self,
