@@ -74,12 +74,12 @@ def numbered_lines(path: str) -> tuple[pa.Table, pa.Table]:
     return lines_of(read_landed(path))
 
 
-def lines_of(data: bytes) -> tuple[pa.Table, pa.Table]:
-    """`numbered_lines` of a file's bytes."""
+def lines_of(data: bytes, first_line: int = 1) -> tuple[pa.Table, pa.Table]:
+    """`numbered_lines` of a file's bytes (or of a piece of them that starts a line: numbered from `first_line`)."""
     parts = pc.split_pattern(pa.array([data], pa.large_binary()), pattern=b"\n")[0].values
     if len(parts) and parts[-1].as_py() == b"":  # the newline that ends the last line opens no new line
         parts = parts.slice(0, len(parts) - 1)
-    numbers = pa.array(range(1, len(parts) + 1), pa.int64())
+    numbers = pa.array(range(first_line, first_line + len(parts)), pa.int64())
     try:
         good, bad = parts.cast(pa.large_string()), None
     except pa.ArrowInvalid:
@@ -131,14 +131,21 @@ def landing_lines(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> tup
     of each file."""
     parts, undecodable, read = [], [], []
     for bf in files:
-        data = read_registered(ctx, batch_id, bf)
-        lines, bad = lines_of(data)
-        if data and not data.endswith(b"\n"):
-            lines, bad = _cut_short(lines, bad)
-        parts.append(_with_file(lines, bf))
-        undecodable.append(_with_file(bad, bf))
+        lines, bad = file_lines(read_registered(ctx, batch_id, bf), bf)
+        parts.append(lines)
+        undecodable.append(bad)
         read.append(lines.num_rows + bad.num_rows)
     return pa.concat_tables(parts), pa.concat_tables(undecodable), read
+
+
+def file_lines(data: bytes, bf: BatchFile, *, first_line: int = 1, ends_file: bool = True) -> tuple[pa.Table, pa.Table]:
+    """`(lines, undecodable)` of a file's bytes, or of a piece of them that starts at line `first_line` (`ends_file`:
+    the piece is the file's end, whose last line is rejected if it has no line ending), with `source_file` and
+    `source_batch`."""
+    lines, bad = lines_of(data, first_line)
+    if ends_file and data and not data.endswith(b"\n"):
+        lines, bad = _cut_short(lines, bad)
+    return _with_file(lines, bf), _with_file(bad, bf)
 
 
 def read_registered(ctx: JobContext, batch_id: int, bf: BatchFile) -> bytes:
@@ -147,20 +154,32 @@ def read_registered(ctx: JobContext, batch_id: int, bf: BatchFile) -> bytes:
     try:
         data = read_landed(ctx.settings.landing_dir / bf.file)
     except FileNotFoundError:
-        raise LandingFileError(
-            f"{bf.file} of micro-batch {batch_id} is no longer in the landing zone: it was renamed, moved or deleted "
-            f"after it was collected. Put it back under this name and stage the micro-batch again, or skip it "
-            f"(streamdi batch skip {batch_id} --reason ...)"
-        ) from None
+        raise gone(bf, batch_id) from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != bf.sha256:
-        raise LandingFileError(
-            f"{bf.file} of micro-batch {batch_id} changed after it was collected (SHA-256 {bf.sha256[:12]}... when "
-            f"collected, {digest[:12]}... now): other bytes were written or renamed onto its name. Put the collected "
-            f"file back and stage the micro-batch again (deliver a correction under a new name), or skip it "
-            f"(streamdi batch skip {batch_id} --reason ...)"
-        )
+        raise changed(bf, batch_id, digest)
     return data
+
+
+def gone(bf: BatchFile, batch_id: int) -> LandingFileError:
+    """The error for a registered file that is no longer in the landing zone."""
+    return LandingFileError(
+        f"{bf.file} of micro-batch {batch_id} is no longer in the landing zone: it was renamed, moved or deleted "
+        f"after it was collected. Put it back under this name and stage the micro-batch again, or skip it "
+        f"(streamdi batch skip {batch_id} --reason ...)"
+    )
+
+
+def changed(bf: BatchFile, batch_id: int, digest: str | None = None) -> LandingFileError:
+    """The error for a registered file whose bytes are no longer the ones collected (`digest`: their SHA-256 now,
+    when known)."""
+    now = f", {digest[:12]}... now" if digest else ""
+    return LandingFileError(
+        f"{bf.file} of micro-batch {batch_id} changed after it was collected (SHA-256 {bf.sha256[:12]}... when "
+        f"collected{now}): other bytes were written or renamed onto its name. Put the collected "
+        f"file back and stage the micro-batch again (deliver a correction under a new name), or skip it "
+        f"(streamdi batch skip {batch_id} --reason ...)"
+    )
 
 
 def _cut_short(lines: pa.Table, undecodable: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -99,13 +99,16 @@ def check_staged(
     *,
     missing_policy: str,
     resumed: bool,
+    files: set[str] | None = None,
 ) -> Validated:
     """The contract's checks on a staging table's rows of one micro-batch: `declared_order` (a total order; policy
     halt) and, when the rows come from parts, `predecessor_present` (parts whose predecessor has not arrived,
     `missing`, limited to this table's files; policy `missing_policy`). `earlier`: the rows of the same parts'
-    groups staged before. A bag whose files are whole has nothing to check (no outcome)."""
+    groups staged before; `files`: the files with rows in `rows`, when the caller knows them (a bag's rows written
+    elsewhere: `rows` may then be empty). A bag whose files are whole has nothing to check (no outcome)."""
     checks: list[CheckOutcome] = []
-    files = set(pc.unique(rows["source_file"]).to_pylist()) if rows.num_rows else set()
+    if files is None:
+        files = set(pc.unique(rows["source_file"]).to_pylist()) if rows.num_rows else set()
     if contract.kind == "total":
         found = order_violations(rows, contract.key, earlier)
         check = Check(

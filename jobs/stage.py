@@ -44,8 +44,9 @@ from typing import TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import audit_figures, ordering
+from jobs import audit_figures, ordering, stage_executors
 from jobs.landing import FINWIRE, is_audit, nondelimited_source_for_file, source_for_file
+from jobs.stage_executors import Written
 from jobs.stage_parse import FileReport, Parsed, concat_as, stage_customer_mgmt, stage_finwire, stage_source
 from schemas.model import SourceFile, Table
 from schemas.ordering import contract_for
@@ -169,7 +170,7 @@ def run(
     parses: list[Callable[[], Parsed]] = []
     for name in sorted(by_source):
         source, group = by_source[name]
-        parses.append(functools.partial(stage_source, ctx, batch_id, source, group))
+        parses.append(functools.partial(_stage_delimited, ctx, batch_id, source, group, attempt > 0))
     if finwire_files:
         parses.append(functools.partial(stage_finwire, ctx, batch_id, finwire_files))
     if xml_files:
@@ -185,6 +186,12 @@ def run(
     for tables, rejected, counts in parsed:
         for table, rows in tables:
             source = _DELIMITED_BY_TABLE.get(table.name)
+            if isinstance(rows, Written):  # parsed, checked and written by Spark's executors
+                if _written_checked(ctx, report, rows, counts, source, missing, before, results, quarantined, attempt):
+                    commits.submit(ctx.lake.append_written, table, app_id=f"stage/{table.name}", version=batch_id)
+                else:
+                    ctx.lake.discard_written(table, app_id=f"stage/{table.name}", version=batch_id)
+                continue
             if source is not None:
                 contract = _check_contract(ctx, table, rows, source, missing, before, resumed=attempt > 0)
                 report.checks.extend(contract.outcomes)
@@ -224,6 +231,63 @@ def run(
 _DELIMITED_BY_TABLE = {s.staging.name: s for s in ALL_SOURCES}
 
 
+def _stage_delimited(
+    ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile], resumed: bool
+) -> Parsed | tuple[list[tuple[Table, Written]], pa.Table, list[FileReport]]:
+    """One delimited source's parse: on Spark's executors when its files are large and its checks allow it
+    (`jobs.stage_executors`), else in the driver (`jobs.stage_parse.stage_source`)."""
+    if sum(bf.size_bytes for bf in files) >= ctx.settings.executor_parse_bytes:
+        suite = quality.validator().suite_for(source.staging)
+        why = stage_executors.parse_here(ctx, source, files, suite)
+        if why is None:
+            written, rejects, counts = stage_executors.stage_on_executors(
+                ctx, batch_id, source, files, suite, resumed=resumed
+            )
+            return [(source.staging, written)], rejects, counts
+        log.info("batch %s: %s is parsed in the driver: %s", batch_id, source.name, why)
+    return stage_source(ctx, batch_id, source, files)
+
+
+def _written_checked(
+    ctx: JobContext,
+    report: StageReport,
+    written: Written,
+    counts: list[FileReport],
+    source: SourceFile,
+    missing: dict[str, str],
+    before: list[str],
+    results: list[pa.Table],
+    quarantined: list[pa.Table],
+    attempt: int,
+) -> bool:
+    """The ordering contract's checks and the suite's merged outcomes of rows written by the executors, recorded as
+    for rows parsed in the driver; whether the rows are committed (False: a halt holds them back, and every row the
+    files staged counts as held, as in the driver's way)."""
+    table = written.table
+    empty = table.arrow_schema().empty_table()
+    contract = _check_contract(
+        ctx, table, empty, source, missing, before, resumed=attempt > 0, files=written.files_with_rows
+    )
+    report.checks.extend(contract.outcomes)
+    report.halts.extend(
+        f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
+    )
+    if contract.outcomes:
+        results.append(contract.result_rows(report.batch_id, attempt))
+    checked = None if contract.halts else written.validated
+    if checked is not None:
+        report.checks.extend(checked.outcomes)
+        report.halts.extend(o.describe(checked.suite.name) for o in checked.halts)
+        results.append(checked.result_rows(report.batch_id, attempt))
+        quarantined.append(checked.quarantined)
+    if contract.halts or (checked is not None and checked.halts):
+        for file in counts:
+            file.held += file.staged + file.quarantined
+            file.staged = file.quarantined = 0
+        return False
+    return True
+
+
 def _check_contract(
     ctx: JobContext,
     table: Table,
@@ -233,6 +297,7 @@ def _check_contract(
     before: list[str],
     *,
     resumed: bool,
+    files: set[str] | None = None,
 ) -> quality.Validated:
     """The ordering contract's checks on a staging table's rows (`jobs.ordering.check_staged`), with the keys of the
     same parts' groups staged by earlier micro-batches."""
@@ -245,7 +310,14 @@ def _check_contract(
                 table, pc.field("source_file").isin(neighbours), ["source_file", "line_no", contract.key]
             )
     return ordering.check_staged(
-        table, rows, contract, earlier, missing, missing_policy=ctx.settings.missing_part_policy, resumed=resumed
+        table,
+        rows,
+        contract,
+        earlier,
+        missing,
+        missing_policy=ctx.settings.missing_part_policy,
+        resumed=resumed,
+        files=files,
     )
 
 

@@ -43,12 +43,19 @@ Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(s
 def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
     """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
     lines, undecodable, read = landing_lines(ctx, batch_id, files)
+    staged, rejected = parse_lines(lines, undecodable, source, batch_id)
+    return [(source.staging, staged)], rejected, reconcile(batch_id, source.name, files, read, [staged], rejected)
+
+
+def parse_lines(lines: pa.Table, undecodable: pa.Table, source: SourceFile, batch_id: int) -> tuple[pa.Table, pa.Table]:
+    """`(staged, rejected)` rows of a delimited source's numbered lines (`jobs.landing.file_lines`): the staging
+    table's columns, and `staging.rejects`' (the lines that did not parse, and the `undecodable` ones)."""
     parsed, bad = delimited.parse_delimited(lines, source)
     staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
     rejected = concat_as(
         [_with_batch(t, batch_id, source.name).select(REJECTS.column_names) for t in (bad, undecodable)], REJECTS
     )
-    return [(source.staging, staged)], rejected, _reconcile(batch_id, source.name, files, read, [staged], rejected)
+    return staged, rejected
 
 
 def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
@@ -58,7 +65,7 @@ def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
     )
 
 
-def _reconcile(
+def reconcile(
     batch_id: int, source: str, files: list[BatchFile], read: list[int], staged: list[pa.Table], rejected: pa.Table
 ) -> list[FileReport]:
     """Per-file counts; raises unless read = staged + rejected for every file (a bug, not bad data)."""
@@ -86,7 +93,7 @@ def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Par
     rejects = concat_as(
         [_with_batch(t, batch_id, FINWIRE).select(REJECTS.column_names) for t in (rejected, undecodable)], REJECTS
     )
-    counts = _reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
+    counts = reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
     return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
 
 
@@ -110,7 +117,7 @@ def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) 
         )
         rejected.append(bad.select(REJECTS.column_names))
     staged_rows, rejects = concat_as(staged, CUSTOMER_MGMT), concat_as(rejected, REJECTS)
-    counts = _reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
+    counts = reconcile(batch_id, CUSTOMER_MGMT_SOURCE, files, read, [staged_rows], rejects)
     return [(CUSTOMER_MGMT, staged_rows)], rejects, counts
 
 

@@ -556,10 +556,8 @@ class Lake:
             by = list(table.key or order)
             partitions = int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions"))
             frame = frame.repartition(partitions, *by).sortWithinPartitions(*order)
-        path = self.path(table)
         name = _file_stem(app_id, version)
-        scratch = path / SCRATCH_DIR / name
-        schema = table.arrow_schema()
+        scratch = self.scratch_dir(table, app_id, version)
         actions: list[AddAction] = []
 
         def place(delta: DeltaTable) -> int:
@@ -567,25 +565,64 @@ class Lake:
             shutil.rmtree(scratch, ignore_errors=True)
             frame.write.mode("overwrite").option("compression", "snappy").parquet(scratch.as_uri())
             fault_point("lake.after_executor_write")
-            rows = 0
-            for position, written in enumerate(sorted(scratch.glob("part-*.parquet"))):
-                file_rows, stats = delta_stats(written, schema)
-                if file_rows == 0:  # Spark writes a file of no rows for an empty DataFrame
-                    continue
-                target = f"{name}-{position:05d}.snappy.parquet"
-                os.replace(written, path / target)
-                info = (path / target).stat()
-                actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))
-                rows += file_rows
-            shutil.rmtree(scratch, ignore_errors=True)
-            log.info(
-                "%s: %d files written by Spark's executors for %s@%s",
-                table.qualified_name,
-                len(actions),
+            return self._move_written(table, scratch, name, actions, app_id, version)
+
+        return self._checked_commit(table, app_id, version, "append", place, self._adder(table.arrow_schema(), actions))
+
+    def scratch_dir(self, table: Table, app_id: str, version: int) -> Path:
+        """Where Parquet files written outside the driver wait for commit `(app_id, version)` of `table`
+        (`append_written`)."""
+        return self.path(table) / SCRATCH_DIR / _file_stem(app_id, version)
+
+    def append_written(self, table: Table, *, app_id: str, version: int) -> CommitResult:
+        """Commit, once per `(app_id, version)`, the Parquet files that workers outside the driver wrote into
+        `scratch_dir(table, app_id, version)` (`part-*.parquet`, in name order, each in the table's schema): they move
+        into the table like `_commit_files`' and are added with their statistics and the app transaction. A recorded
+        `(app_id, version)` is skipped; the scratch directory is removed either way."""
+        if not self.exists(table):
+            self.ensure_table(table)
+        scratch = self.scratch_dir(table, app_id, version)
+        actions: list[AddAction] = []
+        try:
+            return self._checked_commit(
+                table,
                 app_id,
                 version,
+                "append",
+                lambda delta: self._move_written(table, scratch, _file_stem(app_id, version), actions, app_id, version),
+                self._adder(table.arrow_schema(), actions),
             )
-            return rows
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def discard_written(self, table: Table, *, app_id: str, version: int) -> None:
+        """Remove the files written for commit `(app_id, version)` that will not be committed (a halted stage)."""
+        shutil.rmtree(self.scratch_dir(table, app_id, version), ignore_errors=True)
+
+    def _move_written(
+        self, table: Table, scratch: Path, name: str, actions: list[AddAction], app_id: str, version: int
+    ) -> int:
+        """Move the Parquet files of `scratch` into the table, named `<name>-<position>` in their order, and list
+        their add actions (statistics from their footers) in `actions`; returns their rows."""
+        path = self.path(table)
+        schema = table.arrow_schema()
+        rows = 0
+        for position, written in enumerate(sorted(scratch.glob("part-*.parquet"))):
+            file_rows, stats = delta_stats(written, schema)
+            if file_rows == 0:  # Spark writes a file of no rows for an empty DataFrame
+                continue
+            target = f"{name}-{position:05d}.snappy.parquet"
+            os.replace(written, path / target)
+            info = (path / target).stat()
+            actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))
+            rows += file_rows
+        shutil.rmtree(scratch, ignore_errors=True)
+        log.info("%s: %d files written by executors for %s@%s", table.qualified_name, len(actions), app_id, version)
+        return rows
+
+    @staticmethod
+    def _adder(schema: pa.Schema, actions: list[AddAction]) -> Callable[[DeltaTable, CommitProperties, int], None]:
+        """The commit of files placed by `_move_written`: their add actions, or the app transaction alone."""
 
         def write(delta: DeltaTable, props: CommitProperties, rows: int) -> None:
             if actions:
@@ -595,7 +632,7 @@ class Lake:
                     delta, schema.empty_table(), mode="append", commit_properties=props, writer_properties=WRITER
                 )
 
-        return self._checked_commit(table, app_id, version, "append", place, write)
+        return write
 
     def _write(
         self,

@@ -127,7 +127,7 @@ class Validator:
         self._context = gx.get_context(mode="ephemeral")
         self._context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self._source = self._context.data_sources.add_pandas("streamdi")
-        self._definitions: dict[str, Any] = {}
+        self._definitions: dict[tuple[str, tuple[str, ...]], Any] = {}  # (suite, its checks' ids) -> definition
         self._lock = threading.Lock()
 
     def suite_for(self, table: Table) -> Suite | None:
@@ -139,20 +139,21 @@ class Validator:
         expectation, ~12 ms per suite of the process's start (0.45 -> 0.15 s for all suites). Batches are validated
         directly: a ValidationDefinition run would also serialize every result into the context's results store,
         which nobody reads (`quality.results` is the record) and which cost about a fifth of each run."""
-        if suite.name not in self._definitions:
+        key = (suite.name, tuple(check.id for check in suite.checks))  # a part of a suite is its own
+        if key not in self._definitions:
             from great_expectations.expectations.registry import get_expectation_impl
 
-            asset = self._source.add_dataframe_asset(suite.name)
+            asset = self._source.add_dataframe_asset(f"{suite.name}#{len(self._definitions)}")
             batch = asset.add_batch_definition_whole_dataframe("micro-batch")
             expectations = [
                 get_expectation_impl(check.expectation)(**check.kwargs, meta={CHECK_META: check.id})
                 for check in suite.checks
             ]
-            self._definitions[suite.name] = (
+            self._definitions[key] = (
                 batch,
                 self._gx.ExpectationSuite(name=suite.name, expectations=expectations),
             )
-        return self._definitions[suite.name]
+        return self._definitions[key]
 
     def validate(
         self,
@@ -206,14 +207,10 @@ class Validator:
                 if condition and condition not in domains:
                     domains[condition] = len(frame.query(condition, parser="pandas"))
                 elements = domains[condition] if condition else rows.num_rows
-            action = "passed"
-            if not success:
-                action = {"warn": "warned", "quarantine": "quarantined", "halt": "halted"}[check.policy]
-                if check.policy == "halt" and resumed:
-                    action = "overridden"
-                if check.policy == "quarantine":
-                    for position in info.get("unexpected_index_list") or []:
-                        failing_rows.setdefault(int(position), []).append(check.id)
+            action = action_of(check, success, resumed=resumed)
+            if not success and check.policy == "quarantine":
+                for position in info.get("unexpected_index_list") or []:
+                    failing_rows.setdefault(int(position), []).append(check.id)
             outcomes.append(
                 CheckOutcome(
                     check=check,
@@ -221,12 +218,39 @@ class Validator:
                     element_count=int(elements),
                     unexpected_count=unexpected,
                     action=action,
-                    failing_values=tuple(_plain(v) for v in (info.get("partial_unexpected_list") or [])),
+                    failing_values=tuple(plain(v) for v in (info.get("partial_unexpected_list") or [])),
                     error=error,
                 )
             )
         kept, quarantined = _split(suite, rows, batch_id, failing_rows)
         return Validated(suite, kept, quarantined, outcomes)
+
+
+def action_of(check: Check, success: bool, *, resumed: bool) -> str:
+    """What a check's outcome does: `passed`, or its policy's action (a halt is `overridden` once resumed)."""
+    if success:
+        return "passed"
+    if check.policy == "halt" and resumed:
+        return "overridden"
+    return {"warn": "warned", "quarantine": "quarantined", "halt": "halted"}[check.policy]
+
+
+def merged_outcome(check: Check, parts: list[CheckOutcome], *, resumed: bool) -> CheckOutcome:
+    """One row-wise check's outcome on a table from its outcomes on consecutive pieces of it, as `validate` would
+    give on the whole: it holds where it held on every piece; the counts add up; the failing values are the pieces'
+    in order, at most `MAX_DETAIL_VALUES`; the first error is kept. Only for checks that judge each row alone
+    (without `mostly`): a uniqueness check, for one, needs the whole column."""
+    success = all(p.success for p in parts)
+    values = tuple(v for p in parts for v in p.failing_values)[:MAX_DETAIL_VALUES]
+    return CheckOutcome(
+        check=check,
+        success=success,
+        element_count=sum(p.element_count for p in parts),
+        unexpected_count=sum(p.unexpected_count for p in parts),
+        action=action_of(check, success, resumed=resumed),
+        failing_values=values,
+        error=next((p.error for p in parts if p.error), None),
+    )
 
 
 def _passed(result) -> bool:
@@ -254,7 +278,7 @@ def _frame(suite: Suite, rows: pa.Table):
     return pa.table(columns, names=names).to_pandas()
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     return value if isinstance(value, str | int | float | bool) or value is None else str(value)
 
 

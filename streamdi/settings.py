@@ -169,6 +169,20 @@ class Settings(BaseSettings):
         "smaller one is collected into the driver and written there, which is quicker on one machine (0: always the "
         "executors).",
     )
+    executor_parse_bytes: int = Field(
+        default=512 << 20,
+        ge=0,
+        description="A delimited source whose files of a micro-batch hold at least this many bytes is parsed, checked "
+        "and written by Spark's executors, in pieces of STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES, and only committed by the "
+        "driver; a smaller one is parsed in the driver with Arrow, which is quicker on one machine (0: always the "
+        "executors, where the source's checks allow it).",
+    )
+    executor_parse_chunk_bytes: int = Field(
+        default=32 << 20,
+        ge=1,
+        description="The size of the pieces (whole lines) a source parsed by Spark's executors is cut into: one "
+        "Spark task each.",
+    )
     vacuum_retention_hours: int = Field(
         default=168,
         ge=0,
@@ -249,6 +263,8 @@ class Settings(BaseSettings):
             "STREAMDI_VACUUM_RETENTION_HOURS": str(self.vacuum_retention_hours),
             "STREAMDI_RESIDENT_MB": str(self.resident_mb),
             "STREAMDI_EXECUTOR_WRITE_ROWS": str(self.executor_write_rows),
+            "STREAMDI_EXECUTOR_PARSE_BYTES": str(self.executor_parse_bytes),
+            "STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES": str(self.executor_parse_chunk_bytes),
             "STREAMDI_MIGRATE_BESIDE_TRANSFORM": str(self.migrate_beside_transform).lower(),
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,

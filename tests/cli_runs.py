@@ -28,10 +28,12 @@ def env_for(
     remote: str = "off",
     master: str = "local[2]",
     beside: bool = True,
-    executor_write_rows: int | None = None,
+    executors: bool = False,
 ) -> dict[str, str]:
     """`beside`: the migration runs beside the transform (`STREAMDI_MIGRATE_BESIDE_TRANSFORM`, the default) or
-    after it; `executor_write_rows`: `STREAMDI_EXECUTOR_WRITE_ROWS` (0: Spark's executors write T1's first load)."""
+    after it; `executors`: Spark's executors parse every staged delimited source their checks allow, in pieces of
+    64 KiB, and write T1's first load (`STREAMDI_EXECUTOR_PARSE_BYTES=0`, `STREAMDI_EXECUTOR_WRITE_ROWS=0`), as
+    on a cluster."""
     drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER=master, STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
@@ -41,8 +43,12 @@ def env_for(
         env["STREAMDI_FAULT_AT"] = fault
     if compact:
         env["STREAMDI_COMPACT_SMALL_FILES"] = compact
-    if executor_write_rows is not None:
-        env["STREAMDI_EXECUTOR_WRITE_ROWS"] = str(executor_write_rows)
+    if executors:
+        env.update(
+            STREAMDI_EXECUTOR_WRITE_ROWS="0",
+            STREAMDI_EXECUTOR_PARSE_BYTES="0",
+            STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES=str(64 << 10),
+        )
     return env
 
 
@@ -55,11 +61,11 @@ def load(
     remote: str = "off",
     master: str = "local[2]",
     beside: bool = True,
-    executor_write_rows: int | None = None,
+    executors: bool = False,
 ) -> int:
     done = subprocess.run(
         [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
-        env=env_for(home, fault, compact, remote, master, beside, executor_write_rows),
+        env=env_for(home, fault, compact, remote, master, beside, executors),
         capture_output=True,
         text=True,
         timeout=600,

@@ -77,24 +77,30 @@ def test_crash_right_after_a_named_commit_of_batch2_then_rerun_equals_the_uncras
         assert got["delta"][table] == rows, f"{table} differs after a crash after {commit} and a rerun"
 
 
+@pytest.mark.parametrize(
+    ("commit", "written"),
+    [
+        ("T1/financial", "warehouse/financial/T1-financial-v*-*.snappy.parquet"),
+        ("stage/trade", "staging/trade/stage-trade-v*-*.snappy.parquet"),
+    ],
+)
 def test_crash_between_the_executors_write_and_the_drivers_commit_then_rerun_equals_the_uncrashed_run(
-    data, reference, tmp_path
+    commit, written, data, reference, tmp_path
 ):
-    """Batch1 with T1's tables written by Spark's executors (`STREAMDI_EXECUTOR_WRITE_ROWS=0`): killed after the
-    executors wrote Financial's files and the driver moved them into the table, before its commit. The rerun writes
-    them again under the same names and commits them once; the warehouse equals the reference, whose driver
-    collected and wrote T1's tables itself."""
+    """Batch1 with the staged sources parsed and T1's tables written by Spark's executors (`executors`): killed after
+    the executors wrote a table's files (Trade's staged pieces, or Financial) and the driver moved them into the
+    table, before its commit. The rerun writes them again under the same names and commits them once; the warehouse
+    equals the reference, whose driver parsed, collected and wrote everything itself."""
     expected, _, _ = reference
     home = tmp_path / "home"
-    assert load(home, data, 1, fault="lake.before_commit:T1/financial", executor_write_rows=0) == -9
-    financial = home / "lake" / "warehouse" / "financial"
-    assert list(financial.glob("T1-financial-v*-*.snappy.parquet"))  # moved in, not committed
-    assert load(home, data, 1, executor_write_rows=0) == 0
-    assert load(home, data, 2, executor_write_rows=0) == 0
+    assert load(home, data, 1, fault=f"lake.before_commit:{commit}", executors=True) == -9
+    assert list((home / "lake").glob(written))  # moved in, not committed
+    assert load(home, data, 1, executors=True) == 0
+    assert load(home, data, 2, executors=True) == 0
     got = snapshot(home)
     assert got["postgres"] == expected["postgres"]
     for table, rows in expected["delta"].items():
-        assert got["delta"][table] == rows, f"{table} differs after a crash before T1's executor-written commit"
+        assert got["delta"][table] == rows, f"{table} differs after a crash before {commit}'s executor-written commit"
 
 
 def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_them_back(data, reference, tmp_path):
