@@ -24,10 +24,15 @@ The two sources that are not delimited (Batch1 only) follow the same rules (`job
   value not of its type, or XML the parser cannot read is rejected (`line` holds the action as JSON, or the
   unreadable text); a malformed action does not keep the others of its file from being read.
 
+A delimited source or FINWIRE whose files hold at least `STREAMDI_EXECUTOR_PARSE_BYTES` is parsed, checked and
+written by Spark's executors in pieces of whole lines, with the same functions (`jobs.stage_executors`); its rows never
+pass through the driver, and what it records is what the driver's parse records.
+
 Where the parts are: which source a file is, and its bytes and numbered lines as registered: `jobs.landing`; the
 parse of one source's files per kind, with its rejects and per-file counts: `jobs.stage_parse` (typing: pure
-`jobs.delimited`, `jobs.finwire`, `jobs.customer_mgmt.check_actions`); this module is the step (`run`): the
-parses overlapped with the commits, the ordering contract and the suites before each staging table's commit.
+`jobs.delimited`, `jobs.finwire`, `jobs.customer_mgmt.check_actions`); the executors' parse: `jobs.stage_executors`
+(pieces: `jobs.landing_chunks`); this module is the step (`run`): the parses overlapped with the commits, the
+ordering contract and the suites before each staging table's commit.
 """
 
 from __future__ import annotations
@@ -47,12 +52,21 @@ import pyarrow.compute as pc
 from jobs import audit_figures, ordering, stage_executors
 from jobs.landing import FINWIRE, is_audit, nondelimited_source_for_file, source_for_file
 from jobs.stage_executors import Written
-from jobs.stage_parse import FileReport, Parsed, concat_as, stage_customer_mgmt, stage_finwire, stage_source
+from jobs.stage_parse import (
+    FileReport,
+    Parsed,
+    concat_as,
+    parse_delimited_lines,
+    parse_finwire_lines,
+    stage_customer_mgmt,
+    stage_finwire,
+    stage_source,
+)
 from schemas.model import SourceFile, Table
 from schemas.ordering import contract_for
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.sources import ALL_SOURCES
-from schemas.staging import REJECTS
+from schemas.staging import FINWIRE_TABLES, REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
@@ -172,7 +186,7 @@ def run(
         source, group = by_source[name]
         parses.append(functools.partial(_stage_delimited, ctx, batch_id, source, group, attempt > 0))
     if finwire_files:
-        parses.append(functools.partial(stage_finwire, ctx, batch_id, finwire_files))
+        parses.append(functools.partial(_stage_finwire, ctx, batch_id, finwire_files, attempt > 0))
     if xml_files:
         parses.append(functools.partial(stage_customer_mgmt, ctx, batch_id, xml_files))
     rejects: list[pa.Table] = []
@@ -238,14 +252,29 @@ def _stage_delimited(
     (`jobs.stage_executors`), else in the driver (`jobs.stage_parse.stage_source`)."""
     if sum(bf.size_bytes for bf in files) >= ctx.settings.executor_parse_bytes:
         suite = quality.validator().suite_for(source.staging)
-        why = stage_executors.parse_here(ctx, source, files, suite)
+        why = stage_executors.parse_here(ctx, files, [suite], contract_for(source.name))
         if why is None:
-            written, rejects, counts = stage_executors.stage_on_executors(
-                ctx, batch_id, source, files, suite, resumed=resumed
-            )
-            return [(source.staging, written)], rejects, counts
+            parse = functools.partial(parse_delimited_lines, source)
+            suites = {source.staging.name: (source.staging, suite)}
+            return stage_executors.stage_on_executors(ctx, batch_id, source.name, parse, suites, files, resumed=resumed)
         log.info("batch %s: %s is parsed in the driver: %s", batch_id, source.name, why)
     return stage_source(ctx, batch_id, source, files)
+
+
+def _stage_finwire(
+    ctx: JobContext, batch_id: int, files: list[BatchFile], resumed: bool
+) -> Parsed | tuple[list[tuple[Table, Written]], pa.Table, list[FileReport]]:
+    """FINWIRE's parse: on Spark's executors when its files are large (`jobs.stage_executors`), else in the driver
+    (`jobs.stage_parse.stage_finwire`)."""
+    if sum(bf.size_bytes for bf in files) >= ctx.settings.executor_parse_bytes:
+        suites = {t.name: (t, quality.validator().suite_for(t)) for t in FINWIRE_TABLES.values()}
+        why = stage_executors.parse_here(ctx, files, [suite for _, suite in suites.values()])
+        if why is None:
+            return stage_executors.stage_on_executors(
+                ctx, batch_id, FINWIRE, parse_finwire_lines, suites, files, resumed=resumed
+            )
+        log.info("batch %s: FINWIRE is parsed in the driver: %s", batch_id, why)
+    return stage_finwire(ctx, batch_id, files)
 
 
 def _written_checked(
@@ -253,7 +282,7 @@ def _written_checked(
     report: StageReport,
     written: Written,
     counts: list[FileReport],
-    source: SourceFile,
+    source: SourceFile | None,
     missing: dict[str, str],
     before: list[str],
     results: list[pa.Table],
@@ -264,26 +293,32 @@ def _written_checked(
     for rows parsed in the driver; whether the rows are committed (False: a halt holds them back, and every row the
     files staged counts as held, as in the driver's way)."""
     table = written.table
-    empty = table.arrow_schema().empty_table()
-    contract = _check_contract(
-        ctx, table, empty, source, missing, before, resumed=attempt > 0, files=written.files_with_rows
-    )
-    report.checks.extend(contract.outcomes)
-    report.halts.extend(
-        f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
-    )
-    if contract.outcomes:
-        results.append(contract.result_rows(report.batch_id, attempt))
-    checked = None if contract.halts else written.validated
+    held = False
+    if source is not None:  # FINWIRE declares no ordering contract
+        empty = table.arrow_schema().empty_table()
+        contract = _check_contract(
+            ctx, table, empty, source, missing, before, resumed=attempt > 0, files=written.files_with_rows
+        )
+        report.checks.extend(contract.outcomes)
+        report.halts.extend(
+            f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
+        )
+        if contract.outcomes:
+            results.append(contract.result_rows(report.batch_id, attempt))
+        held = bool(contract.halts)
+    checked = None if held else written.validated
     if checked is not None:
         report.checks.extend(checked.outcomes)
         report.halts.extend(o.describe(checked.suite.name) for o in checked.halts)
         results.append(checked.result_rows(report.batch_id, attempt))
         quarantined.append(checked.quarantined)
-    if contract.halts or (checked is not None and checked.halts):
-        for file in counts:
-            file.held += file.staged + file.quarantined
-            file.staged = file.quarantined = 0
+        held = bool(checked.halts)
+    if held:
+        for file in counts:  # every parsed row of this table is held, the quarantined ones too
+            parsed, kept = written.per_file.get(file.file, (0, 0))
+            file.staged -= kept
+            file.quarantined -= parsed - kept
+            file.held += parsed
         return False
     return True
 

@@ -1,32 +1,35 @@
-"""A large delimited source parsed, checked and written where Spark's executors run, not in the driver.
+"""A large source of lines parsed, checked and written where Spark's executors run, not in the driver.
 
-The stage (`jobs.stage`) hands a source here when its files of a micro-batch hold at least
+The stage (`jobs.stage`) hands a delimited source or FINWIRE here when its files of a micro-batch hold at least
 `STREAMDI_EXECUTOR_PARSE_BYTES` (`parse_here`). The driver cuts the files into pieces of whole lines
-(`jobs.landing_chunks`: one pass that also checks each file's SHA-256, in constant memory). One Spark task per piece
-(`mapInArrow` over the pieces' numbers) then does, with the same functions as the driver's parse:
-- reads its piece (checking its CRC) and numbers its lines from the piece's first line (`jobs.landing.file_lines`);
-- splits and types them (`jobs.stage_parse.parse_lines`, `jobs.delimited`): the same rows and reasons;
-- runs the source's row-wise checks on its rows (`streamdi.quality`, the same suite, Great Expectations' pandas engine
-  in the executor's Python);
-- writes the rows it keeps as one Parquet file, named after its piece, into the staging table's scratch directory
-  (`Lake.scratch_dir`);
+(`jobs.landing_chunks`: one pass that also checks each file's SHA-256, in constant memory). One Spark task per piece,
+or per run of consecutive small pieces up to the same size (FINWIRE's quarters are small files; `mapInArrow` over the
+tasks' numbers) then does, with the same functions as the driver's parse:
+- reads its pieces (checking their CRCs) and numbers their lines from each piece's first line
+  (`jobs.landing.file_lines`);
+- splits and types them (`jobs.stage_parse.parse_delimited_lines`, `parse_finwire_lines`): the same rows and reasons,
+  for each staging table of the source (FINWIRE has three: CMP, SEC and FIN records);
+- runs each table's row-wise checks on its rows (`streamdi.quality`, the same suites, Great Expectations' pandas
+  engine in the executor's Python);
+- writes the rows it keeps of each table as one Parquet file, named after the task, into that table's scratch
+  directory (`Lake.scratch_dir`);
 - returns only what is small: its counts, its rejected and quarantined rows, and its checks' outcomes.
 
 The driver merges the outcomes as a whole-table validation would give them (`quality.merged_outcome`), runs the
 checks that need the whole column (`expect_column_values_to_be_unique`) as Spark aggregations over a side file of
-each piece's checked columns, and the stage commits the pieces' files in piece order (`Lake.append_written`). So the
+each task's checked columns, and the stage commits the tasks' files in order (`Lake.append_written`). So the
 staged rows, rejects, quarantined rows and quality results equal the driver's parse of the same files (the tests
 compare them), and no row of the source passes through the driver.
 
-A suite with a check this cannot split (one that compares rows, other than uniqueness without a row condition;
+A source with a check this cannot split (one that compares rows, other than uniqueness without a row condition;
 `mostly`; a uniqueness check that quarantines), or a totally ordered source (its contract check reads the keys in
-order), is parsed in the driver (`parse_here` says why).
+order), is parsed in the driver (`parse_here` says why), as is CustomerMgmt.xml (XML, not lines).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import pickle
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -37,9 +40,9 @@ import pyarrow.parquet as pq
 
 from jobs.landing import file_lines
 from jobs.landing_chunks import Chunk, plan_chunks, read_chunk
-from jobs.stage_parse import FileReport, concat_as, parse_lines
-from schemas.model import SourceFile, Table
-from schemas.ordering import contract_for
+from jobs.stage_parse import FileReport, concat_as
+from schemas.model import Table
+from schemas.ordering import Ordering
 from schemas.quality import QUARANTINE
 from schemas.staging import REJECTS
 from streamdi import quality
@@ -62,28 +65,40 @@ CROSS_ROW = frozenset(
 )
 WHOLE_COLUMN = "expect_column_values_to_be_unique"  # the one cross-row check run here, as a Spark aggregation
 UNIQUE_SUFFIX = "-unique"  # the side files of the checked columns, beside the scratch directory
-ORDER_COLUMNS = ("_piece", "_row")  # in the side files: where each value stands in the source's rows
+ORDER_COLUMNS = ("_piece", "_row")  # in the side files: where each value stands (task, row in it)
 
 
 @dataclass
 class Written:
-    """A source's rows staged by the executors: waiting in `Lake.scratch_dir` for `Lake.append_written`."""
+    """A staging table's rows staged by the executors: waiting in `Lake.scratch_dir` for `Lake.append_written`."""
 
     table: Table
-    kept: int  # rows written (after quarantine)
-    files_with_rows: set[str]  # the source files with staged rows (before the checks), for the ordering contract
+    per_file: dict[str, tuple[int, int]]  # source file -> (rows parsed, rows kept after quarantine)
     validated: quality.Validated | None  # the suite's merged outcomes and quarantined rows (kept: no rows)
 
+    @property
+    def files_with_rows(self) -> set[str]:
+        """The source files with parsed rows in this table (before the checks), for the ordering contract."""
+        return {file for file, (parsed, _) in self.per_file.items() if parsed}
 
-def parse_here(ctx: JobContext, source: SourceFile, files: list[BatchFile], suite: Suite | None) -> str | None:
-    """Why `source`'s `files` are parsed in the driver (None: on the executors): they are smaller than
-    `STREAMDI_EXECUTOR_PARSE_BYTES`, or the source or its suite needs the whole table at once."""
+
+# (lines, undecodable lines, batch id) -> ({staging table's name: staged rows}, rejected rows): a module-level
+# function (or a partial of one), which Spark sends to the executors by name
+LineParser = Callable[[pa.Table, pa.Table, int], tuple[dict[str, pa.Table], pa.Table]]
+
+
+def parse_here(
+    ctx: JobContext, files: list[BatchFile], suites: list[Suite | None], contract: Ordering | None = None
+) -> str | None:
+    """Why a source's `files` are parsed in the driver (None: on the executors): they are smaller than
+    `STREAMDI_EXECUTOR_PARSE_BYTES`, or its ordering `contract` or a check of its tables' `suites` needs the whole
+    table at once."""
     size = sum(bf.size_bytes for bf in files)
     if size < ctx.settings.executor_parse_bytes:
         return f"{size} bytes, under STREAMDI_EXECUTOR_PARSE_BYTES"
-    if contract_for(source.name).kind != "bag":
+    if contract is not None and contract.kind != "bag":
         return "its ordering contract compares keys across the whole table"
-    for check in suite.checks if suite else ():
+    for check in (c for suite in suites if suite is not None for c in suite.checks):
         if "mostly" in check.kwargs or "row_condition" in check.kwargs:
             return f"check {check.id} counts over the whole table (mostly, row_condition)"
         if check.expectation in CROSS_ROW and (check.expectation != WHOLE_COLUMN or check.policy == "quarantine"):
@@ -94,198 +109,195 @@ def parse_here(ctx: JobContext, source: SourceFile, files: list[BatchFile], suit
 def stage_on_executors(
     ctx: JobContext,
     batch_id: int,
-    source: SourceFile,
+    source: str,
+    parse: LineParser,
+    suites: dict[str, tuple[Table, Suite | None]],
     files: list[BatchFile],
-    suite: Suite | None,
     *,
     resumed: bool,
-) -> tuple[Written, pa.Table, list[FileReport]]:
-    """Parse, check and write `source`'s `files` on Spark's executors (the module's doc): (the written rows, the
-    rejected rows, per-file counts). Raises `LandingFileError` for a file gone or changed since it was registered,
-    and an AssertionError when a file's counts do not reconcile (a bug)."""
-    table = source.staging
-    app_id = f"stage/{table.name}"
+) -> tuple[list[tuple[Table, Written]], pa.Table, list[FileReport]]:
+    """Parse, check and write the `files` of `source` on Spark's executors (the module's doc): ([(each staging table,
+    its written rows)], the rejected rows, per-file counts). `suites`: each staging table's name -> (the table, its
+    suite). Raises `LandingFileError` for a file gone or changed since it was registered, and an AssertionError when
+    a file's counts do not reconcile (a bug)."""
     chunks = plan_chunks(ctx.settings.landing_dir, batch_id, files, ctx.settings.executor_parse_chunk_bytes)
-    scratch = ctx.lake.scratch_dir(table, app_id, batch_id)
-    side = scratch.with_name(scratch.name + UNIQUE_SUFFIX)
-    for directory in (scratch, side):
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
-    checks = suite.checks if suite is not None else ()
-    job = _PieceJob(
-        landing_dir=str(ctx.settings.landing_dir),
-        batch_id=batch_id,
-        source=source,
-        suite=replace(suite, checks=tuple(c for c in checks if c.expectation not in CROSS_ROW)) if checks else None,
-        resumed=resumed,
-        scratch=str(scratch),
-        side=str(side),
-        unique_columns=[c.column for c in checks if c.expectation == WHOLE_COLUMN],
+    outputs = []
+    for name, (table, suite) in suites.items():
+        scratch = ctx.lake.scratch_dir(table, f"stage/{table.name}", batch_id)
+        side = scratch.with_name(scratch.name + UNIQUE_SUFFIX)
+        for directory in (scratch, side):
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+        checks = suite.checks if suite is not None else ()
+        row_wise = tuple(c for c in checks if c.expectation not in CROSS_ROW)
+        outputs.append(
+            _Output(
+                name,
+                table,
+                replace(suite, checks=row_wise) if suite is not None and row_wise else None,
+                str(scratch),
+                str(side),
+                [c.column for c in checks if c.expectation == WHOLE_COLUMN],
+            )
+        )
+    job = _TaskJob(str(ctx.settings.landing_dir), batch_id, parse, tuple(outputs), resumed)
+    tasks = _tasks_of(chunks, ctx.settings.executor_parse_chunk_bytes)
+    results = _run_tasks(ctx, tasks, job)
+    log.info(
+        "batch %s: %s parsed by Spark's executors: %d pieces in %d tasks", batch_id, source, len(chunks), len(tasks)
     )
-    pieces = _run_pieces(ctx, chunks, job)
-    log.info("batch %s: %s parsed by Spark's executors in %d pieces", batch_id, source.name, len(chunks))
-    rejects = concat_as([p.rejects for p in pieces], REJECTS) if pieces else REJECTS.arrow_schema().empty_table()
-    counts = _counts(batch_id, source, files, chunks, pieces)
-    validated = None
-    if suite is not None:
-        outcomes = {}
-        for check in suite.checks:
-            if check.expectation == WHOLE_COLUMN:
-                outcomes[check.id] = _unique_outcome(ctx, check, side, sum(p.staged for p in pieces), resumed)
-            else:
-                outcomes[check.id] = quality.merged_outcome(
-                    check, [p.outcomes[check.id] for p in pieces], resumed=resumed
-                )
-        quarantined = (
-            concat_as([p.quarantined for p in pieces], QUARANTINE)
-            if pieces
-            else QUARANTINE.arrow_schema().empty_table()
-        )
-        validated = quality.Validated(
-            suite, table.arrow_schema().empty_table(), quarantined, [outcomes[c.id] for c in suite.checks]
-        )
-    shutil.rmtree(side, ignore_errors=True)
-    staged_files = {chunk.file.file for chunk, piece in zip(chunks, pieces, strict=True) if piece.staged}
-    return Written(table, sum(p.kept for p in pieces), staged_files, validated), rejects, counts
+    written = []
+    for output in outputs:
+        table, suite = suites[output.name]
+        mine = [r.tables[output.name] for r in results]
+        per_file: dict[str, tuple[int, int]] = {}
+        for part in mine:
+            for file, (parsed, kept) in part.per_file.items():
+                before = per_file.get(file, (0, 0))
+                per_file[file] = (before[0] + parsed, before[1] + kept)
+        validated = None
+        if suite is not None:
+            outcomes = [
+                _unique_outcome(ctx, check, Path(output.side), sum(p.staged for p in mine), resumed)
+                if check.expectation == WHOLE_COLUMN
+                else quality.merged_outcome(check, [p.outcomes[check.id] for p in mine], resumed=resumed)
+                for check in suite.checks
+            ]
+            quarantined = concat_as([p.quarantined for p in mine], QUARANTINE) if mine else _empty(QUARANTINE)
+            validated = quality.Validated(suite, _empty(table), quarantined, outcomes)
+        shutil.rmtree(output.side, ignore_errors=True)
+        written.append((table, Written(table, per_file, validated)))
+    rejects = concat_as([r.rejects for r in results], REJECTS) if results else _empty(REJECTS)
+    return written, rejects, _counts(batch_id, source, files, results)
+
+
+def _tasks_of(chunks: list[Chunk], task_bytes: int) -> list[list[Chunk]]:
+    """The pieces grouped into tasks, in order: consecutive pieces (of one file or of several small ones) up to
+    `task_bytes` together, so that a source of many small files (FINWIRE's quarters) is not one task per file."""
+    tasks: list[list[Chunk]] = []
+    size = 0
+    for chunk in chunks:
+        length = chunk.end - chunk.start
+        if tasks and size + length <= task_bytes:
+            tasks[-1].append(chunk)
+            size += length
+        else:
+            tasks.append([chunk])
+            size = length
+    return tasks
+
+
+def _empty(table: Table) -> pa.Table:
+    return table.arrow_schema().empty_table()
 
 
 @dataclass
-class _Piece:
-    """What one piece's task returns to the driver."""
+class _TablePart:
+    """One staging table's share of a task."""
 
-    read: int
     staged: int  # parsed rows (before the checks)
-    kept: int  # rows written (after quarantine)
-    rejects: pa.Table
+    per_file: dict[str, tuple[int, int]]  # source file -> (rows parsed, rows kept)
     quarantined: pa.Table
     outcomes: dict[str, quality.CheckOutcome]
 
 
-_RESULT = pa.schema(
-    [
-        ("piece", pa.int64()),
-        ("read", pa.int64()),
-        ("staged", pa.int64()),
-        ("kept", pa.int64()),
-        ("rejects", pa.binary()),
-        ("quarantined", pa.binary()),
-        ("outcomes", pa.string()),
-    ]
-)
+@dataclass
+class _TaskResult:
+    """What one task returns to the driver (pickled: small)."""
 
-
-_RESULT_DDL = "piece long, read long, staged long, kept long, rejects binary, quarantined binary, outcomes string"
+    read: dict[str, int]  # source file -> lines read
+    rejects: pa.Table
+    tables: dict[str, _TablePart]
 
 
 @dataclass(frozen=True)
-class _PieceJob:
-    """Everything a task needs besides its piece (sent to the executors with the function)."""
+class _Output:
+    """A staging table a task writes: its row-wise suite, its scratch directory and its side files' directory."""
 
-    landing_dir: str
-    batch_id: int
-    source: SourceFile
+    name: str
+    table: Table
     suite: Suite | None  # the row-wise checks
-    resumed: bool
     scratch: str
     side: str
     unique_columns: list[str]
 
-    def run(self, chunk: Chunk) -> dict:
-        data = read_chunk(Path(self.landing_dir), self.batch_id, chunk)
-        lines, bad = file_lines(data, chunk.file, first_line=chunk.first_line, ends_file=chunk.ends_file)
-        del data
-        staged, rejected = parse_lines(lines, bad, self.source, self.batch_id)
-        read = lines.num_rows + bad.num_rows
+
+@dataclass(frozen=True)
+class _TaskJob:
+    """Everything a task needs besides its pieces (sent to the executors with the function)."""
+
+    landing_dir: str
+    batch_id: int
+    parse: LineParser
+    outputs: tuple[_Output, ...]
+    resumed: bool
+
+    def run(self, position: int, chunks: list[Chunk]) -> _TaskResult:
+        """Parse, check and write task `position`'s pieces (one Parquet file per table, named after the task)."""
+        lines, bad, read = [], [], {}
+        for chunk in chunks:
+            data = read_chunk(Path(self.landing_dir), self.batch_id, chunk)
+            good, wrong = file_lines(data, chunk.file, first_line=chunk.first_line, ends_file=chunk.ends_file)
+            lines.append(good)
+            bad.append(wrong)
+            read[chunk.file.file] = read.get(chunk.file.file, 0) + good.num_rows + wrong.num_rows
+        staged, rejected = self.parse(pa.concat_tables(lines), pa.concat_tables(bad), self.batch_id)
         del lines, bad
-        if self.unique_columns and staged.num_rows:  # the checked columns, and where each row stands
-            side = staged.select(self.unique_columns)
-            side = side.append_column("_piece", pa.array([chunk.position] * staged.num_rows, pa.int64()))
+        tables = {output.name: self._write(output, position, staged.pop(output.name)) for output in self.outputs}
+        return _TaskResult(read, rejected, tables)
+
+    def _write(self, output: _Output, position: int, staged: pa.Table) -> _TablePart:
+        """One table's rows of a task: its side file for the uniqueness checks, its checks, its Parquet file."""
+        if output.unique_columns and staged.num_rows:  # the checked columns, and where each row stands
+            side = staged.select(output.unique_columns)
+            side = side.append_column("_piece", pa.array([position] * staged.num_rows, pa.int64()))
             side = side.append_column("_row", pa.array(range(staged.num_rows), pa.int64()))
-            pq.write_table(side, Path(self.side) / f"part-{chunk.position:05d}.parquet")
-        kept, quarantined, outcomes = staged, QUARANTINE.arrow_schema().empty_table(), []
-        if self.suite is not None and self.suite.checks:
-            checked = quality.validator().validate(self.suite, staged, self.batch_id, resumed=self.resumed)
+            pq.write_table(side, Path(output.side) / f"part-{position:05d}.parquet")
+        kept, quarantined, outcomes = staged, _empty(QUARANTINE), []
+        if output.suite is not None:
+            checked = quality.validator().validate(output.suite, staged, self.batch_id, resumed=self.resumed)
             kept, quarantined, outcomes = checked.kept, checked.quarantined, checked.outcomes
         if kept.num_rows:
-            pq.write_table(
-                concat_as([kept], self.source.staging),
-                Path(self.scratch) / f"part-{chunk.position:05d}.parquet",
-                compression="snappy",
-            )
-        return {
-            "piece": chunk.position,
-            "read": read,
-            "staged": staged.num_rows,
-            "kept": kept.num_rows,
-            "rejects": _ipc(concat_as([rejected], REJECTS)),
-            "quarantined": _ipc(concat_as([quarantined], QUARANTINE)),
-            "outcomes": json.dumps([_outcome_json(o) for o in outcomes]),
-        }
-
-
-def _run_pieces(ctx: JobContext, chunks: list[Chunk], job: _PieceJob) -> list[_Piece]:
-    """One Spark task per piece; their results in piece order."""
-    if not chunks:
-        return []
-    by_position = {c.position: c for c in chunks}
-    frame = ctx.spark.range(len(chunks), numPartitions=len(chunks)).mapInArrow(_tasks(job, by_position), _RESULT_DDL)
-    results = sorted((r.asDict() for r in frame.collect()), key=lambda r: r["piece"])
-    checks = {c.id: c for c in job.suite.checks} if job.suite is not None else {}
-    return [
-        _Piece(
-            r["read"],
-            r["staged"],
-            r["kept"],
-            _table(r["rejects"]),
-            _table(r["quarantined"]),
-            {o["id"]: _outcome_from(checks[o["id"]], o) for o in json.loads(r["outcomes"])},
+            path = Path(output.scratch) / f"part-{position:05d}.parquet"
+            pq.write_table(concat_as([kept], output.table), path, compression="snappy")
+        parsed, left = _per_file(staged), _per_file(kept)
+        return _TablePart(
+            staged.num_rows,
+            {file: (n, left.get(file, 0)) for file, n in parsed.items()},
+            concat_as([quarantined], QUARANTINE),
+            {o.check.id: o for o in outcomes},
         )
-        for r in results
-    ]
 
 
-def _tasks(job: _PieceJob, chunks: dict[int, Chunk]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _per_file(rows: pa.Table) -> dict[str, int]:
+    if rows.num_rows == 0:
+        return {}
+    return {r["values"]: r["counts"] for r in rows["source_file"].value_counts().to_pylist()}
+
+
+_RESULT = pa.schema([("task", pa.int64()), ("result", pa.binary())])
+_RESULT_DDL = "task long, result binary"  # the same, for Spark
+
+
+def _run_tasks(ctx: JobContext, tasks: list[list[Chunk]], job: _TaskJob) -> list[_TaskResult]:
+    """One Spark task per group of pieces; their results in order."""
+    if not tasks:
+        return []
+    frame = ctx.spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(_function(job, tasks), _RESULT_DDL)
+    rows = sorted(frame.collect(), key=lambda r: r["task"])
+    return [pickle.loads(r["result"]) for r in rows]
+
+
+def _function(
+    job: _TaskJob, tasks: list[list[Chunk]]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for position in batch.column(0).to_pylist():
-                yield pa.RecordBatch.from_pylist([job.run(chunks[position])], schema=_RESULT)
+                result = pickle.dumps(job.run(position, tasks[position]))
+                yield pa.RecordBatch.from_pylist([{"task": position, "result": result}], schema=_RESULT)
 
     return run
-
-
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _table(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
-
-
-def _outcome_json(outcome: quality.CheckOutcome) -> dict:
-    return {
-        "id": outcome.check.id,
-        "success": outcome.success,
-        "elements": outcome.element_count,
-        "unexpected": outcome.unexpected_count,
-        "action": outcome.action,
-        "values": list(outcome.failing_values),
-        "error": outcome.error,
-    }
-
-
-def _outcome_from(check: Check, data: dict) -> quality.CheckOutcome:
-    return quality.CheckOutcome(
-        check,
-        data["success"],
-        data["elements"],
-        data["unexpected"],
-        data["action"],
-        tuple(data["values"]),
-        data["error"],
-    )
 
 
 def _unique_outcome(ctx: JobContext, check: Check, side: Path, rows: int, resumed: bool) -> quality.CheckOutcome:
@@ -309,17 +321,18 @@ def _unique_outcome(ctx: JobContext, check: Check, side: Path, rows: int, resume
     )
 
 
-def _counts(
-    batch_id: int, source: SourceFile, files: list[BatchFile], chunks: list[Chunk], pieces: list[_Piece]
-) -> list[FileReport]:
+def _counts(batch_id: int, source: str, files: list[BatchFile], results: list[_TaskResult]) -> list[FileReport]:
     """Per-file counts (quarantined rows moved out of `staged`); raises unless read = staged + rejected per file."""
-    by_file = {bf.file: FileReport(bf.file, source.name, 0, 0, 0) for bf in files}
-    for chunk, piece in zip(chunks, pieces, strict=True):
-        report = by_file[chunk.file.file]
-        report.read += piece.read
-        report.staged += piece.kept
-        report.quarantined += piece.staged - piece.kept
-        report.rejected += piece.rejects.num_rows
+    by_file = {bf.file: FileReport(bf.file, source, 0, 0, 0) for bf in files}
+    for result in results:
+        for file, lines in result.read.items():
+            by_file[file].read += lines
+        for file, lines in _per_file(result.rejects).items():
+            by_file[file].rejected += lines
+        for part in result.tables.values():
+            for file, (parsed, kept) in part.per_file.items():
+                by_file[file].staged += kept
+                by_file[file].quarantined += parsed - kept
     for report in by_file.values():
         if report.read != report.staged + report.quarantined + report.rejected:
             raise AssertionError(

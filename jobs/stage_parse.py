@@ -85,16 +85,30 @@ def stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Par
     """Parse all FINWIRE `files` of a batch (`jobs.finwire`): ([(CMP/SEC/FIN staging table, staged rows)], rejected
     rows, per-file counts)."""
     lines, undecodable, read = landing_lines(ctx, batch_id, files)
+    staged, rejects = parse_finwire_lines(lines, undecodable, batch_id)
+    counts = reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
+    return [(table, staged[table.name]) for table in FINWIRE_TABLES.values()], rejects, counts
+
+
+def parse_finwire_lines(lines: pa.Table, undecodable: pa.Table, batch_id: int) -> tuple[dict[str, pa.Table], pa.Table]:
+    """`({CMP/SEC/FIN staging table's name: staged rows}, rejected rows)` of FINWIRE's numbered lines."""
     parsed, rejected = finwire.parse_finwire(lines)
     staged = {
-        code: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
+        FINWIRE_TABLES[code].name: _with_batch(rows, batch_id, FINWIRE).select(FINWIRE_TABLES[code].column_names)
         for code, rows in parsed.items()
     }
     rejects = concat_as(
         [_with_batch(t, batch_id, FINWIRE).select(REJECTS.column_names) for t in (rejected, undecodable)], REJECTS
     )
-    counts = reconcile(batch_id, FINWIRE, files, read, list(staged.values()), rejects)
-    return [(table, staged[code]) for code, table in FINWIRE_TABLES.items()], rejects, counts
+    return staged, rejects
+
+
+def parse_delimited_lines(
+    source: SourceFile, lines: pa.Table, undecodable: pa.Table, batch_id: int
+) -> tuple[dict[str, pa.Table], pa.Table]:
+    """`parse_lines` in `parse_finwire_lines`' shape: ({the staging table's name: staged rows}, rejected rows)."""
+    staged, rejected = parse_lines(lines, undecodable, source, batch_id)
+    return {source.staging.name: staged}, rejected
 
 
 def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:

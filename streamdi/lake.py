@@ -26,6 +26,7 @@ delta-rs live elsewhere: the snapshot DataFrame cache in `streamdi.frames`, the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -593,11 +594,11 @@ class Lake:
                 self._adder(table.arrow_schema(), actions),
             )
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            _remove_scratch(scratch)
 
     def discard_written(self, table: Table, *, app_id: str, version: int) -> None:
         """Remove the files written for commit `(app_id, version)` that will not be committed (a halted stage)."""
-        shutil.rmtree(self.scratch_dir(table, app_id, version), ignore_errors=True)
+        _remove_scratch(self.scratch_dir(table, app_id, version))
 
     def _move_written(
         self, table: Table, scratch: Path, name: str, actions: list[AddAction], app_id: str, version: int
@@ -616,7 +617,7 @@ class Lake:
             info = (path / target).stat()
             actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))
             rows += file_rows
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove_scratch(scratch)
         log.info("%s: %d files written by executors for %s@%s", table.qualified_name, len(actions), app_id, version)
         return rows
 
@@ -905,6 +906,13 @@ class Lake:
 def _file_stem(app_id: str, version: int) -> str:
     """The name stem of the files Spark's executors write for commit `(app_id, version)` of a table."""
     return f"{re.sub(r'[^A-Za-z0-9]+', '-', app_id).strip('-')}-v{version}"
+
+
+def _remove_scratch(scratch: Path) -> None:
+    """Remove a commit's scratch directory, and the table's directory of them once it holds no other."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another commit's scratch is still there (or it is gone already)
+        scratch.parent.rmdir()
 
 
 def _first_commit_stamp(path: Path) -> tuple[int, int] | None:

@@ -172,16 +172,16 @@ class Settings(BaseSettings):
     executor_parse_bytes: int = Field(
         default=512 << 20,
         ge=0,
-        description="A delimited source whose files of a micro-batch hold at least this many bytes is parsed, checked "
-        "and written by Spark's executors, in pieces of STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES, and only committed by the "
-        "driver; a smaller one is parsed in the driver with Arrow, which is quicker on one machine (0: always the "
-        "executors, where the source's checks allow it).",
+        description="A delimited source (or FINWIRE) whose files of a micro-batch hold at least this many bytes is "
+        "parsed, checked and written by Spark's executors, in pieces of STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES, and only "
+        "committed by the driver; a smaller one is parsed in the driver with Arrow, which is quicker on one machine "
+        "(0: always the executors, where the source's checks allow it).",
     )
     executor_parse_chunk_bytes: int = Field(
         default=32 << 20,
         ge=1,
         description="The size of the pieces (whole lines) a source parsed by Spark's executors is cut into: one "
-        "Spark task each.",
+        "Spark task each (the pieces of small files share a task up to this size).",
     )
     vacuum_retention_hours: int = Field(
         default=168,

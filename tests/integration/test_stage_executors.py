@@ -1,7 +1,8 @@
 """A large source parsed, checked and written by Spark's executors (`jobs.stage_executors`) gives exactly what the
 driver's parse gives: the same staged rows, rejects (with their line numbers and reasons), quarantined rows, quality
-results and per-file counts, also when a halt check holds the rows back. Real SparkSession, real Delta tables; the
-pieces are a few lines each, so every rule is exercised across piece boundaries."""
+results and per-file counts, for a delimited source and for FINWIRE (three tables from one file), also when a halt
+check holds the rows back. Real SparkSession, real Delta tables; the pieces are a few lines each, so every rule is
+exercised across piece boundaries."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from builders import source_line, write_landing_file
+from builders import SHARED_SAMPLE, source_line, write_landing_file
 
 from jobs import stage
 from schemas import sources as src
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
-from schemas.staging import REJECTS
+from schemas.staging import FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchLog
 from streamdi.collector import collect
 from streamdi.context import JobContext
@@ -52,13 +53,21 @@ def landing(home: Path, settings: Settings) -> None:
     path.parent.mkdir(parents=True)
     path.write_bytes(lines + trade(40).encode())  # the last line has no line ending: cut short
     write_landing_file(settings.landing_dir / "Batch1" / "Date.txt", [source_line(src.DATE_FILE)] * 3)
+    # an official quarter's CMP and SEC records and its first 30 FIN records, in their order
+    official = (SHARED_SAMPLE / "Batch1" / "FINWIRE2000Q1").read_bytes().split(b"\r\n")[:-1]
+    fin = [i for i, line in enumerate(official) if line[15:18] == b"FIN"][:30]
+    kept = [line for i, line in enumerate(official) if line[15:18] != b"FIN" or i in fin]
+    (settings.landing_dir / "Batch1" / "FINWIRE2000Q1").write_bytes(b"".join(line + b"\r\n" for line in kept))
+    first = official[0]
+    bad = [first, first[:15] + b"XYZ" + first[18:], first[:100], first]  # a FIN record; another type; too short
+    (settings.landing_dir / "Batch1" / "FINWIRE1999Q4").write_bytes(b"".join(line + b"\r\n" for line in bad))
 
 
 def staged(spark, home: Path, on_executors: bool, taxes: list[str] | None = None):
     settings = Settings(
         home=home,
         spark_master="local[2]",
-        **({"executor_parse_bytes": 0, "executor_parse_chunk_bytes": 300} if on_executors else {}),
+        **({"executor_parse_bytes": 0, "executor_parse_chunk_bytes": 600} if on_executors else {}),
     )
     landing(home, settings)
     if taxes:
@@ -68,7 +77,15 @@ def staged(spark, home: Path, on_executors: bool, taxes: list[str] | None = None
     batch_id = collect(batch_log, settings.landing_dir, now=NOW).batch_id
     report = stage.run(ctx, batch_id, batch_log.files(batch_id))
     tables = {}
-    for table in (src.TRADE.staging, src.DATE_FILE.staging, src.TAX_RATE.staging, REJECTS, QUALITY_RESULTS, QUARANTINE):
+    for table in (
+        src.TRADE.staging,
+        src.DATE_FILE.staging,
+        src.TAX_RATE.staging,
+        *FINWIRE_TABLES.values(),
+        REJECTS,
+        QUALITY_RESULTS,
+        QUARANTINE,
+    ):
         rows = ctx.lake.read_arrow(table) if ctx.lake.exists(table) else pa.table({})
         tables[table.qualified_name] = sorted(rows.to_pylist(), key=json.dumps_key) if rows.num_rows else []
     return report, tables, settings
@@ -89,7 +106,8 @@ def test_the_executors_parse_gives_the_drivers_rows_rejects_checks_and_counts(sp
     # the figures themselves: 41 lines, 4 rejected (UTF-8, width, type, cut short), 2 quarantined
     assert ("Batch1/Trade.txt", "Trade", 41, 35, 4, 2, 0) in file_counts(executors)
     assert tables == driver_tables
-    rejects = [(r["line_no"], r["reason"]) for r in sorted(tables["staging.rejects"], key=lambda r: r["line_no"])]
+    trade_rejects = [r for r in tables["staging.rejects"] if r["source_file"] == "Batch1/Trade.txt"]
+    rejects = [(r["line_no"], r["reason"]) for r in sorted(trade_rejects, key=lambda r: r["line_no"])]
     assert [n for n, _ in rejects] == [1, 10, 11, 41]
     assert rejects[0][1].startswith("not valid UTF-8: byte 0xff")
     assert rejects[3][1].startswith("the file ends inside this line")
@@ -102,10 +120,15 @@ def test_the_executors_parse_gives_the_drivers_rows_rejects_checks_and_counts(sp
     assert json.loads(results["one_line_per_trade"]["detail"])["failing_values"] == [4, 4]
     assert results["trade_price_not_negative"]["action"] == "warned"
     assert results["quantity_is_positive"]["element_count"] == 37  # every parsed line, before the quarantine
+    # FINWIRE: the official file's 48 records and the damaged file's 2 good ones, in their three tables
+    assert ("Batch1/FINWIRE2000Q1", "FINWIRE", 48, 48, 0, 0, 0) in file_counts(executors)
+    assert ("Batch1/FINWIRE1999Q4", "FINWIRE", 4, 2, 2, 0, 0) in file_counts(executors)
+    assert [len(tables[t.qualified_name]) for t in FINWIRE_TABLES.values()] == [7, 11, 32]
+    assert sorted(r["line_no"] for r in tables["staging.rejects"] if r["source"] == "FINWIRE") == [2, 3]
     # the pieces were many, and nothing is left in the scratch directories
     trade_dir = settings.lake_root / "staging" / "trade"
-    assert len(list(trade_dir.glob("stage-trade-v1-*.snappy.parquet"))) > 5
-    assert not [p for p in (trade_dir / SCRATCH_DIR).rglob("*") if p.is_file()]
+    assert len(list(trade_dir.glob("stage-trade-v1-*.snappy.parquet"))) > 3
+    assert not (trade_dir / SCRATCH_DIR).exists()
 
 
 def test_a_halt_check_holds_the_rows_back_on_the_executors_as_in_the_driver(spark, tmp_path):
@@ -119,4 +142,5 @@ def test_a_halt_check_holds_the_rows_back_on_the_executors_as_in_the_driver(spar
     assert ("Batch1/TaxRate.txt", "TaxRate", 2, 0, 0, 0, 2) in file_counts(executors)
     assert tables == driver_tables
     assert tables["staging.taxrate"] == []
-    assert not [p for p in (settings.lake_root / "staging" / "taxrate").rglob("*.parquet")]
+    assert not (settings.lake_root / "staging" / "taxrate" / SCRATCH_DIR).exists()
+    assert not list((settings.lake_root / "staging" / "taxrate").rglob("*.parquet"))

@@ -82,3 +82,19 @@ def test_a_file_gone_or_changed_is_refused_by_the_plan_and_by_the_piece(tmp_path
 
 def test_an_empty_file_has_no_piece(tmp_path: Path):
     assert plan_chunks(tmp_path, 7, [registered(tmp_path, "E.txt", b"")], 10) == []
+
+
+def test_small_pieces_share_a_task_up_to_the_piece_size(tmp_path: Path):
+    from jobs.stage_executors import _tasks_of
+
+    files = [registered(tmp_path, f"FINWIRE{i}", b"x" * size + b"\n") for i, size in enumerate((3, 3, 9, 2, 2, 2, 30))]
+    chunks = plan_chunks(tmp_path, 7, files, 10)
+    tasks = _tasks_of(chunks, 10)
+    # in order, never more than 10 bytes together unless one piece is larger alone
+    assert [[c.file.file for c in task] for task in tasks] == [
+        ["FINWIRE0", "FINWIRE1"],
+        ["FINWIRE2"],
+        ["FINWIRE3", "FINWIRE4", "FINWIRE5"],
+        ["FINWIRE6"],
+    ]
+    assert [c for task in tasks for c in task] == chunks
