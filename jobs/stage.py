@@ -58,6 +58,7 @@ from jobs.stage_parse import (
     concat_as,
     parse_delimited_lines,
     parse_finwire_lines,
+    rows_per_file,
     stage_customer_mgmt,
     stage_finwire,
     stage_source,
@@ -358,8 +359,8 @@ def _check_contract(
 
 def _count_removed(counts: list[FileReport], rows: pa.Table, kept: pa.Table, *, held: bool) -> None:
     """Move the rows validation took out of `rows` from each file's staged count to quarantined (or held)."""
-    before = _per_file(rows)
-    after = _per_file(kept)
+    before = rows_per_file(rows)
+    after = rows_per_file(kept)
     for report in counts:
         removed = before.get(report.file, 0) - after.get(report.file, 0)
         if removed:
@@ -368,12 +369,6 @@ def _count_removed(counts: list[FileReport], rows: pa.Table, kept: pa.Table, *, 
                 report.held += removed
             else:
                 report.quarantined += removed
-
-
-def _per_file(rows: pa.Table) -> dict[str, int]:
-    if rows.num_rows == 0:
-        return {}
-    return {r["values"]: r["counts"] for r in rows["source_file"].value_counts().to_pylist()}
 
 
 def _commit_quality(

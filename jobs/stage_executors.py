@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from jobs.landing import file_lines
 from jobs.landing_chunks import Chunk, plan_chunks, read_chunk
-from jobs.stage_parse import FileReport, concat_as
+from jobs.stage_parse import FileReport, concat_as, rows_per_file
 from schemas.model import Table
 from schemas.ordering import Ordering
 from schemas.quality import QUARANTINE
@@ -260,19 +260,13 @@ class _TaskJob:
         if kept.num_rows:
             path = Path(output.scratch) / f"part-{position:05d}.parquet"
             pq.write_table(concat_as([kept], output.table), path, compression="snappy")
-        parsed, left = _per_file(staged), _per_file(kept)
+        parsed, left = rows_per_file(staged), rows_per_file(kept)
         return _TablePart(
             staged.num_rows,
             {file: (n, left.get(file, 0)) for file, n in parsed.items()},
             concat_as([quarantined], QUARANTINE),
             {o.check.id: o for o in outcomes},
         )
-
-
-def _per_file(rows: pa.Table) -> dict[str, int]:
-    if rows.num_rows == 0:
-        return {}
-    return {r["values"]: r["counts"] for r in rows["source_file"].value_counts().to_pylist()}
 
 
 _RESULT = pa.schema([("task", pa.int64()), ("result", pa.binary())])
@@ -327,7 +321,7 @@ def _counts(batch_id: int, source: str, files: list[BatchFile], results: list[_T
     for result in results:
         for file, lines in result.read.items():
             by_file[file].read += lines
-        for file, lines in _per_file(result.rejects).items():
+        for file, lines in rows_per_file(result.rejects).items():
             by_file[file].rejected += lines
         for part in result.tables.values():
             for file, (parsed, kept) in part.per_file.items():

@@ -135,6 +135,13 @@ def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) 
     return [(CUSTOMER_MGMT, staged_rows)], rejects, counts
 
 
+def rows_per_file(rows: pa.Table) -> dict[str, int]:
+    """How many of `rows` each `source_file` has."""
+    if rows.num_rows == 0:
+        return {}
+    return {r["values"]: r["counts"] for r in rows["source_file"].value_counts().to_pylist()}
+
+
 def concat_as(parts: list[pa.Table], table: Table) -> pa.Table:
     """One Arrow table of `parts` in the declared schema (parts from different Spark plans differ in nullability)."""
     return pa.concat_tables([p.cast(table.arrow_schema()) for p in parts])
