@@ -89,6 +89,7 @@ def main(
     try:
         runs["local[2]"] = load_batches(data, scratch / "local", batches, "local[2]", conf_dir)
         digests["local[2]"] = warehouse_digest(scratch / "local")
+        shutil.rmtree(scratch / "local")  # one home on disk at a time (SF 10: ~7 GB each)
         for workers in (1, 2):
             name = f"{workers} worker(s) x 1 core"
             cluster_dir = scratch / f"cluster-{workers}"
@@ -96,6 +97,7 @@ def main(
                 runs[name] = load_batches(data, scratch / f"home-{workers}", batches, cluster.url, conf_dir)
                 ran = cluster.workers_that_ran_tasks()
             digests[name] = warehouse_digest(scratch / f"home-{workers}")
+            shutil.rmtree(scratch / f"home-{workers}")
             print(f"  workers that ran tasks: {', '.join(ran) or 'none'}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # homes, clusters' logs, a generated data set
