@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -48,6 +49,7 @@ from schemas.staging import REJECTS
 from streamdi import quality
 from streamdi.batchlog import BatchFile
 from streamdi.context import JobContext
+from streamdi.errors import LandingFileError
 from streamdi.suites import MAX_DETAIL_VALUES, Check, Suite
 
 log = logging.getLogger(__name__)
@@ -278,7 +280,14 @@ def _run_tasks(ctx: JobContext, tasks: list[list[Chunk]], job: _TaskJob) -> list
     if not tasks:
         return []
     frame = ctx.spark.range(len(tasks), numPartitions=len(tasks)).mapInArrow(_function(job, tasks), _RESULT_DDL)
-    rows = sorted(frame.collect(), key=lambda r: r["task"])
+    try:
+        rows = sorted(frame.collect(), key=lambda r: r["task"])
+    except Exception as exc:
+        # a landing file gone or changed under an executor: the same error (and advice) as in the driver, not Spark's
+        found = re.search(r"LandingFileError: (.+)", str(exc))
+        if found:
+            raise LandingFileError(found.group(1).strip()) from exc
+        raise
     return [pickle.loads(r["result"]) for r in rows]
 
 

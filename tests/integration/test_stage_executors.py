@@ -144,3 +144,25 @@ def test_a_halt_check_holds_the_rows_back_on_the_executors_as_in_the_driver(spar
     assert tables["staging.taxrate"] == []
     assert not (settings.lake_root / "staging" / "taxrate" / SCRATCH_DIR).exists()
     assert not list((settings.lake_root / "staging" / "taxrate").rglob("*.parquet"))
+
+
+def test_a_landing_file_changed_under_the_executors_is_the_drivers_landing_file_error(spark, tmp_path):
+    """The driver planned the pieces of a file, then its bytes changed before an executor read its piece: the stage
+    fails with the same error as the driver's parse gives (what changed, and what to do), not a Spark traceback."""
+    from dataclasses import replace
+
+    from jobs import stage_executors
+    from jobs.landing_chunks import plan_chunks
+    from streamdi.errors import LandingFileError
+
+    settings = Settings(home=tmp_path, spark_master="local[2]", executor_parse_bytes=0)
+    landing(tmp_path, settings)
+    ctx = JobContext(settings=settings, spark=spark, lake=Lake(settings.lake_root, spark))
+    batch_log = BatchLog(ctx.lake)
+    files = batch_log.files(collect(batch_log, settings.landing_dir, now=NOW).batch_id)
+    trade_file = next(f for f in files if f.file.endswith("Trade.txt"))
+    chunks = plan_chunks(settings.landing_dir, 1, [trade_file], 10_000)
+    stale = [replace(chunks[0], crc32=chunks[0].crc32 ^ 1)]  # as if other bytes were there when the task read
+    job = stage_executors._TaskJob(str(settings.landing_dir), 1, lambda *a: ({}, None), (), False)
+    with pytest.raises(LandingFileError, match="Batch1/Trade.txt of micro-batch 1 changed after it was collected"):
+        stage_executors._run_tasks(ctx, [stale], job)
