@@ -171,6 +171,7 @@ def _start(settings: Settings) -> str:
         command += ["--conf", f"{key}={value}"]
     command += ["--class", SERVER_CLASS, "spark-internal"]
     env = {**os.environ, "JAVA_HOME": str(runtime.home), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # the server's Python workers (the stage's large parses) import us
     for key in ("SPARK_CONNECT_MODE", "SPARK_REMOTE", "PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET"):
         env.pop(key, None)
     log_path = folder(settings) / "server.log"
