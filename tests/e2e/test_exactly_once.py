@@ -192,10 +192,11 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
 
 
 def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
-    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default): the client process is killed right after T1's
-    DimSecurity commit in Batch1 (T1 is the step that runs Spark jobs, on that server), while T2 runs beside it; the
-    server outlives it, the rerun reuses it, and after Batch2 (no Spark job, so no server needed) the home ends where
-    the uncrashed run (Spark in the process) ended."""
+    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default), with the staged sources parsed and T1's tables written
+    by the executors (`executors`: the server's Python workers run streamdi's parse): the client process is killed
+    right after T1's DimSecurity commit in Batch1, while T2 runs beside it; the server outlives it, the rerun reuses
+    it, and after Batch2 (whose bag sources the server's executors parse too) the home ends where the uncrashed run
+    (Spark in the process, everything parsed and written in the driver) ended."""
     import json
 
     from streamdi import spark_connect
@@ -204,12 +205,13 @@ def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(dat
     home = tmp_path / "home"
     settings = Settings(home=home)
     try:
-        assert load(home, data, 1, fault="lake.after_commit:T1/dimsecurity", remote="embedded") == -9
+        assert load(home, data, 1, fault="lake.after_commit:T1/dimsecurity", remote="embedded", executors=True) == -9
         server = json.loads((home / "spark-connect" / "server.json").read_text())
         assert spark_connect.running(server["pid"])  # the crash of a client leaves its server running
-        assert load(home, data, 1, remote="embedded") == 0
+        assert load(home, data, 1, remote="embedded", executors=True) == 0
         assert json.loads((home / "spark-connect" / "server.json").read_text()) == server  # reused, not restarted
-        assert load(home, data, 2, remote="embedded") == 0
+        assert load(home, data, 2, remote="embedded", executors=True) == 0
+        assert list((home / "lake" / "staging" / "trade").glob("stage-trade-v1-*.snappy.parquet"))  # the executors
     finally:
         spark_connect.stop_server(settings)
     got = snapshot(home)
