@@ -64,7 +64,7 @@ from jobs.stage_parse import (
     stage_source,
 )
 from schemas.model import SourceFile, Table
-from schemas.ordering import contract_for
+from schemas.ordering import Ordering, contract_for
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.sources import ALL_SOURCES
 from schemas.staging import FINWIRE_TABLES, REJECTS
@@ -209,22 +209,14 @@ def run(
                 continue
             if source is not None:
                 contract = _check_contract(ctx, table, rows, source, missing, before, resumed=attempt > 0)
-                report.checks.extend(contract.outcomes)
-                report.halts.extend(
-                    f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
-                )
-                if contract.outcomes:
-                    results.append(contract.result_rows(batch_id, attempt))
+                _record_contract(report, results, table, contract, attempt)
                 if contract.halts:  # held back, like a suite's halt: the operator's resume re-stages them
                     _count_removed(counts, rows, rows.slice(0, 0), held=True)
                     continue
             suite = validator.suite_for(table)
             if suite is not None:
                 checked = validator.validate(suite, rows, batch_id, resumed=attempt > 0)
-                report.checks.extend(checked.outcomes)
-                report.halts.extend(o.describe(suite.name) for o in checked.halts)
-                results.append(checked.result_rows(batch_id, attempt))
-                quarantined.append(checked.quarantined)
+                _record_suite(report, results, quarantined, checked, attempt)
                 kept = checked.kept.slice(0, 0) if checked.halts else checked.kept
                 _count_removed(counts, rows, kept, held=bool(checked.halts))
                 rows = kept
@@ -246,36 +238,49 @@ def run(
 _DELIMITED_BY_TABLE = {s.staging.name: s for s in ALL_SOURCES}
 
 
+Staged = Parsed | tuple[list[tuple[Table, Written]], pa.Table, list[FileReport]]
+
+
 def _stage_delimited(
     ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile], resumed: bool
-) -> Parsed | tuple[list[tuple[Table, Written]], pa.Table, list[FileReport]]:
+) -> Staged:
     """One delimited source's parse: on Spark's executors when its files are large and its checks allow it
     (`jobs.stage_executors`), else in the driver (`jobs.stage_parse.stage_source`)."""
-    if sum(bf.size_bytes for bf in files) >= ctx.settings.executor_parse_bytes:
-        suite = quality.validator().suite_for(source.staging)
-        why = stage_executors.parse_here(ctx, files, [suite], contract_for(source.name))
-        if why is None:
-            parse = functools.partial(parse_delimited_lines, source)
-            suites = {source.staging.name: (source.staging, suite)}
-            return stage_executors.stage_on_executors(ctx, batch_id, source.name, parse, suites, files, resumed=resumed)
-        log.info("batch %s: %s is parsed in the driver: %s", batch_id, source.name, why)
-    return stage_source(ctx, batch_id, source, files)
+    parse = functools.partial(parse_delimited_lines, source)
+    staged = _on_executors(
+        ctx, batch_id, source.name, [source.staging], parse, files, resumed, contract_for(source.name)
+    )
+    return staged or stage_source(ctx, batch_id, source, files)
 
 
-def _stage_finwire(
-    ctx: JobContext, batch_id: int, files: list[BatchFile], resumed: bool
-) -> Parsed | tuple[list[tuple[Table, Written]], pa.Table, list[FileReport]]:
+def _stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile], resumed: bool) -> Staged:
     """FINWIRE's parse: on Spark's executors when its files are large (`jobs.stage_executors`), else in the driver
     (`jobs.stage_parse.stage_finwire`)."""
-    if sum(bf.size_bytes for bf in files) >= ctx.settings.executor_parse_bytes:
-        suites = {t.name: (t, quality.validator().suite_for(t)) for t in FINWIRE_TABLES.values()}
-        why = stage_executors.parse_here(ctx, files, [suite for _, suite in suites.values()])
-        if why is None:
-            return stage_executors.stage_on_executors(
-                ctx, batch_id, FINWIRE, parse_finwire_lines, suites, files, resumed=resumed
-            )
-        log.info("batch %s: FINWIRE is parsed in the driver: %s", batch_id, why)
-    return stage_finwire(ctx, batch_id, files)
+    tables = list(FINWIRE_TABLES.values())
+    staged = _on_executors(ctx, batch_id, FINWIRE, tables, parse_finwire_lines, files, resumed)
+    return staged or stage_finwire(ctx, batch_id, files)
+
+
+def _on_executors(
+    ctx: JobContext,
+    batch_id: int,
+    source: str,
+    tables: list[Table],
+    parse: stage_executors.LineParser,
+    files: list[BatchFile],
+    resumed: bool,
+    contract: Ordering | None = None,
+) -> Staged | None:
+    """The executors' parse of a source's `files` into its staging `tables`, or None when the files are smaller than
+    `STREAMDI_EXECUTOR_PARSE_BYTES` or the source's contract or checks need the whole table in the driver (logged)."""
+    if sum(bf.size_bytes for bf in files) < ctx.settings.executor_parse_bytes:
+        return None  # decided before asking for the suites, which wait for Great Expectations' import
+    suites = {t.name: (t, quality.validator().suite_for(t)) for t in tables}
+    why = stage_executors.parse_here([suite for _, suite in suites.values()], contract)
+    if why is not None:
+        log.info("batch %s: %s is parsed in the driver: %s", batch_id, source, why)
+        return None
+    return stage_executors.stage_on_executors(ctx, batch_id, source, parse, suites, files, resumed=resumed)
 
 
 def _written_checked(
@@ -300,20 +305,11 @@ def _written_checked(
         contract = _check_contract(
             ctx, table, empty, source, missing, before, resumed=attempt > 0, files=written.files_with_rows
         )
-        report.checks.extend(contract.outcomes)
-        report.halts.extend(
-            f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
-        )
-        if contract.outcomes:
-            results.append(contract.result_rows(report.batch_id, attempt))
+        _record_contract(report, results, table, contract, attempt)
         held = bool(contract.halts)
-    checked = None if held else written.validated
-    if checked is not None:
-        report.checks.extend(checked.outcomes)
-        report.halts.extend(o.describe(checked.suite.name) for o in checked.halts)
-        results.append(checked.result_rows(report.batch_id, attempt))
-        quarantined.append(checked.quarantined)
-        held = bool(checked.halts)
+    if not held and written.validated is not None:
+        _record_suite(report, results, quarantined, written.validated, attempt)
+        held = bool(written.validated.halts)
     if held:
         for file in counts:  # every parsed row of this table is held, the quarantined ones too
             parsed, kept = written.per_file.get(file.file, (0, 0))
@@ -322,6 +318,32 @@ def _written_checked(
             file.held += parsed
         return False
     return True
+
+
+def _record_contract(
+    report: StageReport, results: list[pa.Table], table: Table, contract: quality.Validated, attempt: int
+) -> None:
+    """A staging table's ordering-contract outcomes into the report and the quality results."""
+    report.checks.extend(contract.outcomes)
+    report.halts.extend(
+        f"{o.describe(table.qualified_name)}: {'; '.join(o.failing_values[:3])}" for o in contract.halts
+    )
+    if contract.outcomes:
+        results.append(contract.result_rows(report.batch_id, attempt))
+
+
+def _record_suite(
+    report: StageReport,
+    results: list[pa.Table],
+    quarantined: list[pa.Table],
+    checked: quality.Validated,
+    attempt: int,
+) -> None:
+    """A staging table's suite outcomes into the report and the quality results, its quarantined rows aside."""
+    report.checks.extend(checked.outcomes)
+    report.halts.extend(o.describe(checked.suite.name) for o in checked.halts)
+    results.append(checked.result_rows(report.batch_id, attempt))
+    quarantined.append(checked.quarantined)
 
 
 def _check_contract(

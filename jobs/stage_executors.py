@@ -1,10 +1,10 @@
 """A large source of lines parsed, checked and written where Spark's executors run, not in the driver.
 
 The stage (`jobs.stage`) hands a delimited source or FINWIRE here when its files of a micro-batch hold at least
-`STREAMDI_EXECUTOR_PARSE_BYTES` (`parse_here`). The driver cuts the files into pieces of whole lines
-(`jobs.landing_chunks`: one pass that also checks each file's SHA-256, in constant memory). One Spark task per piece,
-or per run of consecutive small pieces up to the same size (FINWIRE's quarters are small files; `mapInArrow` over the
-tasks' numbers) then does, with the same functions as the driver's parse:
+`STREAMDI_EXECUTOR_PARSE_BYTES` and `parse_here` finds nothing that keeps it in the driver. The driver cuts the files
+into pieces of whole lines (`jobs.landing_chunks`: one pass that also checks each file's SHA-256, in constant memory).
+One Spark task per piece, or per run of consecutive small pieces up to the same size (FINWIRE's quarters are small
+files; `mapInArrow` over the tasks' numbers) then does, with the same functions as the driver's parse:
 - reads its pieces (checking their CRCs) and numbers their lines from each piece's first line
   (`jobs.landing.file_lines`);
 - splits and types them (`jobs.stage_parse.parse_delimited_lines`, `parse_finwire_lines`): the same rows and reasons,
@@ -67,7 +67,7 @@ CROSS_ROW = frozenset(
 )
 WHOLE_COLUMN = "expect_column_values_to_be_unique"  # the one cross-row check run here, as a Spark aggregation
 UNIQUE_SUFFIX = "-unique"  # the side files of the checked columns, beside the scratch directory
-ORDER_COLUMNS = ("_piece", "_row")  # in the side files: where each value stands (task, row in it)
+ORDER_COLUMNS = ("_task", "_row")  # in the side files: where each value stands (task, row in it)
 
 
 @dataclass
@@ -89,15 +89,10 @@ class Written:
 LineParser = Callable[[pa.Table, pa.Table, int], tuple[dict[str, pa.Table], pa.Table]]
 
 
-def parse_here(
-    ctx: JobContext, files: list[BatchFile], suites: list[Suite | None], contract: Ordering | None = None
-) -> str | None:
-    """Why a source's `files` are parsed in the driver (None: on the executors): they are smaller than
-    `STREAMDI_EXECUTOR_PARSE_BYTES`, or its ordering `contract` or a check of its tables' `suites` needs the whole
-    table at once."""
-    size = sum(bf.size_bytes for bf in files)
-    if size < ctx.settings.executor_parse_bytes:
-        return f"{size} bytes, under STREAMDI_EXECUTOR_PARSE_BYTES"
+def parse_here(suites: list[Suite | None], contract: Ordering | None = None) -> str | None:
+    """Why a large source is parsed in the driver all the same (None: on the executors): its ordering `contract` or
+    a check of its tables' `suites` needs the whole table at once. (The caller compares the files' size with
+    `STREAMDI_EXECUTOR_PARSE_BYTES`.)"""
     if contract is not None and contract.kind != "bag":
         return "its ordering contract compares keys across the whole table"
     for check in (c for suite in suites if suite is not None for c in suite.checks):
@@ -252,7 +247,7 @@ class _TaskJob:
         """One table's rows of a task: its side file for the uniqueness checks, its checks, its Parquet file."""
         if output.unique_columns and staged.num_rows:  # the checked columns, and where each row stands
             side = staged.select(output.unique_columns)
-            side = side.append_column("_piece", pa.array([position] * staged.num_rows, pa.int64()))
+            side = side.append_column("_task", pa.array([position] * staged.num_rows, pa.int64()))
             side = side.append_column("_row", pa.array(range(staged.num_rows), pa.int64()))
             pq.write_table(side, Path(output.side) / f"part-{position:05d}.parquet")
         kept, quarantined, outcomes = staged, _empty(QUARANTINE), []

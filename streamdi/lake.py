@@ -557,7 +557,6 @@ class Lake:
             by = list(table.key or order)
             partitions = int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions"))
             frame = frame.repartition(partitions, *by).sortWithinPartitions(*order)
-        name = _file_stem(app_id, version)
         scratch = self.scratch_dir(table, app_id, version)
         actions: list[AddAction] = []
 
@@ -566,7 +565,7 @@ class Lake:
             shutil.rmtree(scratch, ignore_errors=True)
             frame.write.mode("overwrite").option("compression", "snappy").parquet(scratch.as_uri())
             fault_point("lake.after_executor_write")
-            return self._move_written(table, scratch, name, actions, app_id, version)
+            return self._move_written(table, app_id, version, actions)
 
         return self._checked_commit(table, app_id, version, "append", place, self._adder(table.arrow_schema(), actions))
 
@@ -590,7 +589,7 @@ class Lake:
                 app_id,
                 version,
                 "append",
-                lambda delta: self._move_written(table, scratch, _file_stem(app_id, version), actions, app_id, version),
+                lambda delta: self._move_written(table, app_id, version, actions),
                 self._adder(table.arrow_schema(), actions),
             )
         finally:
@@ -600,11 +599,12 @@ class Lake:
         """Remove the files written for commit `(app_id, version)` that will not be committed (a halted stage)."""
         _remove_scratch(self.scratch_dir(table, app_id, version))
 
-    def _move_written(
-        self, table: Table, scratch: Path, name: str, actions: list[AddAction], app_id: str, version: int
-    ) -> int:
-        """Move the Parquet files of `scratch` into the table, named `<name>-<position>` in their order, and list
-        their add actions (statistics from their footers) in `actions`; returns their rows."""
+    def _move_written(self, table: Table, app_id: str, version: int, actions: list[AddAction]) -> int:
+        """Move the Parquet files of the commit's scratch directory into the table, named after the commit
+        (`_file_stem`) and their position in name order, and list their add actions (statistics from their footers)
+        in `actions`; returns their rows."""
+        scratch = self.scratch_dir(table, app_id, version)
+        name = _file_stem(app_id, version)
         path = self.path(table)
         schema = table.arrow_schema()
         rows = 0
