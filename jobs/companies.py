@@ -1,6 +1,6 @@
 """DimCompany (part of step T1, CreateSecurities) and the company references of SEC and FIN records.
 
-Pure Spark transforms (DataFrames in, DataFrames out) on the staged CMP records (`schemas.finwire`, FINWIRE
+Pure Arrow transforms in the driver (tables in, tables out) on the staged CMP records (`schemas.finwire`, FINWIRE
 layouts in TPC-DI 1.1.0 clause 2.2.2.8, DimCompany rules in clause 4.5 with 4.5.3.3, the "Invalid SPRating"
 alert); the T1 step (`jobs.create_securities`) reads, chooses the keys to rebuild and commits. DimSecurity
 (`jobs.securities`) and Financial (`jobs.financials`) resolve their records' company through the references
@@ -13,7 +13,7 @@ is one of AAA, AA[+/-], A[+/-], BBB[+/-], BB[+/-], B[+/-], CCC[+/-], CC, C, D, a
 it begins with "A" or "BBB", else true. Otherwise both are NULL and an Alert "Invalid SPRating" with
 `CO_ID = <CIK>, CO_SP_RATE = <rating>` is raised, once per DimCompany row (the version's record). A blank
 rating is not a valid one either (spec silent; it gets the alert with an empty rating).
-`sk_companyid = jobs.scd2.surrogate_key(CIK, effective date)`.
+`sk_companyid = jobs.scd2_arrow.surrogate_keys(CIK, effective date)` (`CIK * 100000 + days since 1900-01-01`).
 
 **Company reference** (last field of SEC and FIN): a CIK when it is 10 digits, else a company name. It
 resolves to the DimCompany version valid on the record's PTS date (effectivedate <= day < enddate), by CIK
@@ -23,23 +23,29 @@ smallest CIK is taken.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from jobs.arrow_ops import column, lookup, sort
 from jobs.finwire_records import (
     INVALID_SP_RATING,
     MISSING_FIELD,
     ORDER,
     SOURCE_OF,
+    STRING,
     UNKNOWN_INDUSTRY,
     UNKNOWN_STATUS,
     first_reason,
+    join_text,
     lineage,
     missing_required,
     rejection_alerts,
+    text,
 )
-from jobs.messages import alerts
-from jobs.scd2 import build_versions, surrogate_key, valid_at
+from jobs.messages import ALERT, ALERT_COLUMNS
+from jobs.scd2 import DAY_SLOTS
+from jobs.scd2_arrow import build_versions, surrogate_keys
 from schemas import warehouse as wh
 
 VALID_SP_RATINGS = (
@@ -65,127 +71,149 @@ COMPANY_VALUES = (
 )
 
 _CIK_PATTERN = r"^[0-9]{10}$"
-_DAYS_PER_KEY = 100_000  # `surrogate_key` = CIK * 100000 + days since 1900-01-01 (see company_of_key)
+_REFERENCE_COLUMNS = ("companyid", "sk_companyid", "effectivedate", "enddate")
 
 
 # ------------------------------------------------------------------------------------------- references
-def company_reference(cik: Column, name: Column) -> Column:
-    """`C<CIK>` when the reference is a 10-digit CIK, else `N<name>`: the join key of `company_references`."""
-    as_cik = F.coalesce(cik, F.when(name.rlike(_CIK_PATTERN), name))
-    return F.when(as_cik.isNotNull(), F.concat(F.lit("C"), as_cik.cast("bigint").cast("string"))).otherwise(
-        F.concat(F.lit("N"), name)
-    )
+def company_reference(cik: pa.Array | pa.ChunkedArray, name: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`C<CIK>` (the CIK as a number) when the reference is a 10-digit CIK, else `N<name>`: the join key of
+    `company_references`."""
+    by_name = pc.if_else(pc.match_substring_regex(name, _CIK_PATTERN), name, pa.scalar(None, name.type))
+    as_cik = pc.coalesce(cik, by_name)
+    return pc.if_else(pc.is_valid(as_cik), join_text("C", pc.cast(as_cik, pa.int64())), join_text("N", name))
 
 
-def company_references(companies: DataFrame) -> DataFrame:
+def cik_references(companyid: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The reference `C<CIK>` of each CIK."""
+    return join_text("C", companyid)
+
+
+def name_references(name: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The reference `N<name>` of each company name."""
+    return join_text("N", name)
+
+
+def company_references(companies: pa.Table) -> pa.Table:
     """Every DimCompany version under the two references that reach it: `C<CIK>` and `N<name>`."""
-    cols = ("companyid", "sk_companyid", "effectivedate", "enddate")
-    by_cik = companies.select(F.concat(F.lit("C"), F.col("companyid").cast("string")).alias("_ref"), *cols)
-    by_name = companies.select(F.concat(F.lit("N"), F.col("name")).alias("_ref"), *cols)
-    return by_cik.unionByName(by_name)
+    cols = {c: companies[c] for c in _REFERENCE_COLUMNS}
+    by_cik = pa.table({"_ref": cik_references(companies["companyid"]), **cols})
+    by_name = pa.table({"_ref": name_references(companies["name"]), **cols})
+    return pa.concat_tables([by_cik, by_name])
 
 
-def company_of_key(sk_companyid: Column) -> Column:
+def company_of_key(sk_companyid: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The CIK of a DimCompany surrogate key (`surrogate_key` is `CIK * 100000 + days since 1900-01-01`)."""
-    return F.floor(sk_companyid / F.lit(_DAYS_PER_KEY)).cast("bigint")
+    return pc.divide(sk_companyid, DAY_SLOTS)
 
 
-def resolve_company(records: DataFrame, references: DataFrame) -> DataFrame:
-    """`records` (with `_ref`, `_pdate` and unique `source_file, line_no`) plus `_companyid` and `sk_companyid`
-    of the company version their reference names on `_pdate`; NULL when there is none. Of several companies
-    bearing the referenced name that day, the smallest CIK."""
-    joined = valid_at(
-        records, "_ref", "_pdate", references, "_ref", {"companyid": "_companyid", "sk_companyid": "sk_companyid"}
+def resolve_company(records: pa.Table, references: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """(`_companyid`, `sk_companyid`) of the company version each record's reference (`_ref`) names on its day
+    (`_pdate`); NULL when there is none. Of several companies bearing the referenced name that day, the smallest
+    CIK."""
+    n = records.num_rows
+    asked = pa.table(
+        {
+            "_row": pa.array(np.arange(n, dtype=np.int64)),
+            "_ref": pc.cast(records["_ref"], STRING),
+            "_day": records["_pdate"],
+        }
     )
-    first = Window.partitionBy("source_file", "line_no").orderBy(F.col("_companyid").asc_nulls_last())
-    return joined.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
+    pairs = asked.join(references.cast(references.schema.set(0, pa.field("_ref", STRING))), "_ref", join_type="inner")
+    valid = pc.and_(pc.less_equal(pairs["effectivedate"], pairs["_day"]), pc.less(pairs["_day"], pairs["enddate"]))
+    pairs = sort(pairs.filter(valid), ["_row", "companyid"])
+    rows = np.asarray(column(pairs, "_row"), dtype=np.int64)
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[1:] != rows[:-1]
+    chosen = pairs.filter(pa.array(first))
+    index = np.full(n, -1, dtype=np.int64)
+    index[np.asarray(column(chosen, "_row"), dtype=np.int64)] = np.arange(chosen.num_rows)
+    found = index >= 0
+    take = pa.array(np.where(found, index, 0), pa.int64(), mask=~found)
+    return column(chosen, "companyid").take(take), column(chosen, "sk_companyid").take(take)
 
 
-def unknown_company_detail() -> Column:
-    return F.concat(
-        F.lit("CO_NAME_OR_CIK = "), F.col("co_name_or_cik"), F.lit(", DAY = "), F.col("_pdate").cast("string")
-    )
+def unknown_company_detail(records: pa.Table) -> pa.Array:
+    return join_text("CO_NAME_OR_CIK = ", records["co_name_or_cik"], ", DAY = ", records["_pdate"])
 
 
-def references_to(cmp: DataFrame, ciks: DataFrame) -> DataFrame:
-    """`_ref` values that can reach the companies `ciks` (`companyid`): their CIKs and every name their CMP
-    records (`cmp`, with `companyid`) carry."""
-    by_cik = ciks.select(F.concat(F.lit("C"), F.col("companyid").cast("string")).alias("_ref"))
-    by_name = cmp.join(ciks, "companyid", "left_semi").select(F.concat(F.lit("N"), F.col("company_name")).alias("_ref"))
-    return by_cik.unionByName(by_name).distinct()
+def references_to(cmp: pa.Table, ciks: pa.Array) -> pa.Array:
+    """`_ref` values that can reach the companies `ciks`: their CIKs and every name their CMP records (`cmp`,
+    with `companyid`) carry."""
+    names = cmp.filter(pc.is_in(cmp["companyid"], value_set=ciks))["company_name"]
+    return pc.unique(pa.chunked_array([cik_references(ciks), name_references(names)], STRING))
 
 
-def companies_reached(references: DataFrame, refs: DataFrame) -> DataFrame:
+def companies_reached(references: pa.Table, refs: pa.Array) -> pa.Array:
     """`companyid` of every company that one of `refs` (`_ref`) names on some day (`company_references`)."""
-    return references.join(refs, "_ref", "left_semi").select("companyid").distinct()
+    return pc.unique(references.filter(pc.is_in(references["_ref"], value_set=refs))["companyid"])
 
 
 # ------------------------------------------------------------------------------------------- DimCompany
-def company_changes(cmp: DataFrame, status_type: DataFrame, industry: DataFrame) -> DataFrame:
+def company_changes(cmp: pa.Table, status_type: pa.Table, industry: pa.Table) -> pa.Table:
     """One change record per CMP record: `companyid`, the DimCompany values, lineage (`_ts`, `_pdate`, `_batch`,
     file, line, `_rec`), `_sp_raw` (the rating as filed), `_reason`/`_detail` (why it cannot be loaded)."""
-    st = status_type.select(F.col("st_id").alias("_st_id"), F.col("st_name").alias("status"))
-    ind = industry.select(F.col("in_id").alias("industry_id"), F.col("in_name").alias("industry"))
-    rows = (
-        cmp.withColumnRenamed("status", "_st_id")
-        .join(F.broadcast(st), "_st_id", "left")
-        .join(F.broadcast(ind), "industry_id", "left")
+    st_id, industry_id, rating = cmp["status"], cmp["industry_id"], cmp["sp_rating"]
+    valid = pc.fill_null(pc.is_in(rating, value_set=pa.array(VALID_SP_RATINGS, rating.type)), False)
+    high = pc.or_(pc.starts_with(rating, "A"), pc.starts_with(rating, "BBB"))
+    null_bool = pa.scalar(None, pa.bool_())
+    rows = pa.table(
+        {
+            "companyid": pc.cast(cmp["cik"], pa.int64()),
+            **lineage(cmp),
+            "status": lookup(st_id, status_type, "st_id", "st_name"),
+            "name": cmp["company_name"],
+            "industry": lookup(industry_id, industry, "in_id", "in_name"),
+            "sprating": pc.if_else(valid, rating, pa.scalar(None, rating.type)),
+            "islowgrade": pc.if_else(valid, pc.invert(high), null_bool),
+            "ceo": cmp["ceo_name"],
+            "addressline1": cmp["addr_line1"],
+            "addressline2": cmp["addr_line2"],
+            "postalcode": cmp["postal_code"],
+            "city": cmp["city"],
+            "stateprov": cmp["state_province"],
+            "country": cmp["country"],
+            "description": cmp["description"],
+            "foundingdate": cmp["founding_date"],
+            "_sp_raw": rating,
+        }
     )
-    rating = F.col("sp_rating")
-    valid = F.coalesce(rating.isin(*VALID_SP_RATINGS), F.lit(False))
-    mapped = rows.select(
-        F.col("cik").cast("bigint").alias("companyid"),
-        *lineage(),
-        F.col("_st_id"),
-        F.col("industry_id"),
-        F.col("status"),
-        F.col("company_name").alias("name"),
-        F.col("industry"),
-        F.when(valid, rating).alias("sprating"),
-        F.when(valid, ~(rating.startswith("A") | rating.startswith("BBB"))).alias("islowgrade"),
-        F.col("ceo_name").alias("ceo"),
-        F.col("addr_line1").alias("addressline1"),
-        F.col("addr_line2").alias("addressline2"),
-        F.col("postal_code").alias("postalcode"),
-        F.col("city"),
-        F.col("state_province").alias("stateprov"),
-        F.col("country"),
-        F.col("description"),
-        F.col("founding_date").alias("foundingdate"),
-        rating.alias("_sp_raw"),
-    )
-    missing = missing_required(wh.DIM_COMPANY, ("companyid", *COMPANY_VALUES))
+    missing = missing_required(wh.DIM_COMPANY, rows, ("companyid", *COMPANY_VALUES))
     reason, detail = first_reason(
-        (F.col("status").isNull(), UNKNOWN_STATUS, F.concat(F.lit("ST_ID = "), F.coalesce(F.col("_st_id"), F.lit("")))),
-        (
-            F.col("industry").isNull(),
-            UNKNOWN_INDUSTRY,
-            F.concat(F.lit("IN_ID = "), F.coalesce(F.col("industry_id"), F.lit(""))),
-        ),
-        (missing != "", MISSING_FIELD, F.concat(F.lit("FIELDS = "), missing)),
+        rows.num_rows,
+        (pc.is_null(rows["status"]), UNKNOWN_STATUS, join_text("ST_ID = ", pc.fill_null(st_id, ""))),
+        (pc.is_null(rows["industry"]), UNKNOWN_INDUSTRY, join_text("IN_ID = ", pc.fill_null(industry_id, ""))),
+        (pc.not_equal(missing, ""), MISSING_FIELD, join_text("FIELDS = ", missing)),
     )
-    return mapped.withColumn("_reason", reason).withColumn("_detail", detail).drop("_st_id", "industry_id")
+    return rows.append_column("_reason", reason).append_column("_detail", detail)
 
 
-def company_versions(changes: DataFrame) -> DataFrame:
+def company_versions(changes: pa.Table) -> pa.Table:
     """DimCompany rows (every declared column) of the CIKs in `changes`, from their loadable records; plus
     `_sp_raw` and `_rec`, the rating as filed and the identity of the record that made each version."""
-    loadable = changes.where(F.col("_reason").isNull())
-    versions = build_versions(loadable, ["companyid"], ORDER, [*COMPANY_VALUES, "_sp_raw", "_rec"])
-    return versions.withColumn("sk_companyid", surrogate_key("companyid", "effectivedate"))
+    loadable = changes.filter(pc.is_null(changes["_reason"]))
+    versions = build_versions(loadable, "companyid", ORDER, [*COMPANY_VALUES, "_sp_raw", "_rec"])
+    return versions.append_column("sk_companyid", surrogate_keys(versions["companyid"], versions["effectivedate"]))
 
 
-def company_alerts(changes: DataFrame, versions: DataFrame) -> DataFrame:
+def company_ident(companyid: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return join_text("CO_ID = ", companyid)
+
+
+def company_alerts(changes: pa.Table, versions: pa.Table) -> pa.Table:
     """Alerts of DimCompany: records left out (`rejection_alerts`) and rows with an invalid S&P rating."""
     source = SOURCE_OF[wh.DIM_COMPANY.name]
-    co_id = F.concat(F.lit("CO_ID = "), F.col("companyid").cast("string"))
-    rating = alerts(
-        versions,
-        source=source,
-        text=INVALID_SP_RATING,
-        when=F.col("sprating").isNull(),
-        data=F.concat(co_id, F.lit(", CO_SP_RATE = "), F.coalesce(F.col("_sp_raw"), F.lit(""))),
-        key=F.col("_rec"),
-        batchid=F.col("batchid"),
+    invalid = versions.filter(pc.is_null(versions["sprating"]))
+    n = invalid.num_rows
+    data = join_text(company_ident(invalid["companyid"]), ", CO_SP_RATE = ", pc.fill_null(text(invalid["_sp_raw"]), ""))
+    rating = pa.table(
+        {
+            "batchid": invalid["batchid"].cast(pa.int32()),
+            "messagesource": pa.array([source] * n, STRING),
+            "messagetext": pa.array([INVALID_SP_RATING] * n, STRING),
+            "messagetype": pa.array([ALERT] * n, STRING),
+            "messagedata": data,
+            "messagekey": invalid["_rec"].cast(STRING),
+        },
+        schema=ALERT_COLUMNS,
     )
-    return rejection_alerts(changes, source, co_id).unionByName(rating)
+    return pa.concat_tables([rejection_alerts(changes, source, company_ident(changes["companyid"])), rating])

@@ -9,7 +9,7 @@ versions this module builds.
 Implements TPC-DI 1.1.0 clause 4.5 for DimCustomer, historical (CustomerMgmt.xml, Batch1) and incremental
 (Customer.txt, Batch2..), plus the DimCustomer alerts of DImessages (3.2.18).
 
-**DimCustomer** (SCD2 on the customer id, `jobs.scd2.build_versions`). A customer's change records are its
+**DimCustomer** (SCD2 on the customer id, `jobs.scd2_arrow.build_versions`). A customer's change records are its
 CustomerMgmt actions NEW, UPDCUST and INACT and its Customer.txt lines:
 - NEW sets every field (an absent one is NULL); UPDCUST changes only the fields it carries (`present_fields`:
   present-but-empty sets NULL, absent keeps the old value); INACT changes only the status; a Customer.txt line

@@ -1,7 +1,7 @@
 """Financial (part of step T1, CreateSecurities): one row per company and quarter from the staged FIN records.
 
-Pure Spark transforms (DataFrames in, DataFrames out); the T1 step (`jobs.create_securities`) reads, chooses the
-companies to rebuild and commits. A record's company is resolved through `jobs.companies`; record order and
+Pure Arrow transforms in the driver (tables in, tables out); the T1 step (`jobs.create_securities`) reads, chooses
+the companies to rebuild and commits. A record's company is resolved through `jobs.companies`; record order and
 rejection rules are in `jobs.finwire_records`.
 
 **Financial**: one row per FIN record, `sk_companyid` = the company version valid on the PTS date; when a
@@ -11,9 +11,11 @@ rejection rules are in `jobs.finwire_records`.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from jobs.arrow_ops import same_as_previous, sort
 from jobs.companies import company_reference, resolve_company, unknown_company_detail
 from jobs.finwire_records import (
     MISSING_FIELD,
@@ -21,6 +23,7 @@ from jobs.finwire_records import (
     SOURCE_OF,
     UNKNOWN_COMPANY,
     first_reason,
+    join_text,
     lineage,
     missing_required,
     rejection_alerts,
@@ -29,50 +32,55 @@ from schemas import warehouse as wh
 
 FINANCIAL_VALUES = tuple(c for c in wh.FINANCIAL.column_names if c != "sk_companyid")
 
+# FIN record field -> Financial column
+_FIELDS = {
+    "year": "fi_year",
+    "quarter": "fi_qtr",
+    "qtr_start_date": "fi_qtr_start_date",
+    "revenue": "fi_revenue",
+    "earnings": "fi_net_earn",
+    "eps": "fi_basic_eps",
+    "diluted_eps": "fi_dilut_eps",
+    "margin": "fi_margin",
+    "inventory": "fi_inventory",
+    "assets": "fi_assets",
+    "liabilities": "fi_liability",
+    "sh_out": "fi_out_basic",
+    "diluted_sh_out": "fi_out_dilut",
+}
 
-def financial_records(fin: DataFrame, references: DataFrame) -> DataFrame:
+
+def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
     """One record per FIN record: the Financial values, `_companyid`/`sk_companyid` of the company version
     valid on the PTS date, lineage, `_ref`, `_reason`/`_detail`."""
-    mapped = fin.select(
-        *lineage(),
-        F.col("co_name_or_cik"),
-        company_reference(F.col("cik"), F.col("company_name")).alias("_ref"),
-        F.col("year").alias("fi_year"),
-        F.col("quarter").alias("fi_qtr"),
-        F.col("qtr_start_date").alias("fi_qtr_start_date"),
-        F.col("revenue").alias("fi_revenue"),
-        F.col("earnings").alias("fi_net_earn"),
-        F.col("eps").alias("fi_basic_eps"),
-        F.col("diluted_eps").alias("fi_dilut_eps"),
-        F.col("margin").alias("fi_margin"),
-        F.col("inventory").alias("fi_inventory"),
-        F.col("assets").alias("fi_assets"),
-        F.col("liabilities").alias("fi_liability"),
-        F.col("sh_out").alias("fi_out_basic"),
-        F.col("diluted_sh_out").alias("fi_out_dilut"),
+    rows = pa.table(
+        {
+            **lineage(fin),
+            "co_name_or_cik": fin["co_name_or_cik"],
+            "_ref": company_reference(fin["cik"], fin["company_name"]),
+            **{column: fin[field] for field, column in _FIELDS.items()},
+        }
     )
-    resolved = resolve_company(mapped, references)
-    missing = missing_required(wh.FINANCIAL, FINANCIAL_VALUES)
+    companyid, sk = resolve_company(rows, references)
+    rows = rows.append_column("_companyid", companyid).append_column("sk_companyid", sk)
+    missing = missing_required(wh.FINANCIAL, rows, FINANCIAL_VALUES)
     reason, detail = first_reason(
-        (missing != "", MISSING_FIELD, F.concat(F.lit("FIELDS = "), missing)),
-        (F.col("_companyid").isNull(), UNKNOWN_COMPANY, unknown_company_detail()),
+        rows.num_rows,
+        (pc.not_equal(missing, ""), MISSING_FIELD, join_text("FIELDS = ", missing)),
+        (pc.is_null(companyid), UNKNOWN_COMPANY, unknown_company_detail(rows)),
     )
-    return resolved.withColumn("_reason", reason).withColumn("_detail", detail)
+    return rows.append_column("_reason", reason).append_column("_detail", detail)
 
 
-def financial_rows(records: DataFrame) -> DataFrame:
+def financial_rows(records: pa.Table) -> pa.Table:
     """Financial rows of the loadable records: per (CIK, year, quarter) the last record in declared order."""
-    last = Window.partitionBy("_companyid", "fi_year", "fi_qtr").orderBy(*[F.col(c).desc() for c in ORDER])
-    loadable = records.where(F.col("_reason").isNull())
-    ranked = loadable.withColumn("_n", F.row_number().over(last)).where(F.col("_n") == 1)
-    return ranked.select(*wh.FINANCIAL.column_names)
+    loadable = records.filter(pc.is_null(records["_reason"]))
+    group = ["_companyid", "fi_year", "fi_qtr"]
+    ranked = sort(loadable, [*group, *ORDER])
+    last = np.append(same_as_previous(ranked, group)[1:], False) if ranked.num_rows else np.zeros(0, bool)
+    return ranked.filter(pa.array(~last)).select(list(wh.FINANCIAL.column_names))
 
 
-def financial_alerts(records: DataFrame) -> DataFrame:
-    ident = F.concat(
-        F.lit("FI_YEAR = "),
-        F.col("fi_year").cast("string"),
-        F.lit(", FI_QTR = "),
-        F.col("fi_qtr").cast("string"),
-    )
+def financial_alerts(records: pa.Table) -> pa.Table:
+    ident = join_text("FI_YEAR = ", records["fi_year"], ", FI_QTR = ", records["fi_qtr"])
     return rejection_alerts(records, SOURCE_OF[wh.FINANCIAL.name], ident)

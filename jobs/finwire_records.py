@@ -1,7 +1,7 @@
 """The FINWIRE records of step T1 (CreateSecurities), as DimCompany, DimSecurity and Financial all read them.
 
-Shared by `jobs.companies`, `jobs.securities` and `jobs.financials` (pure Spark transforms) and the T1 step
-(`jobs.create_securities`): the declared order of the records, which delivery of a line counts, a record's
+Shared by `jobs.companies`, `jobs.securities` and `jobs.financials` (pure Arrow transforms in the driver) and the
+T1 step (`jobs.create_securities`): the declared order of the records, which delivery of a line counts, a record's
 identity and lineage, why a record cannot be loaded, and the alerts of the records left out.
 
 **Declared order** of FINWIRE records: posting timestamp (PTS), then file name, then line. A file delivered
@@ -18,10 +18,12 @@ the alerts of every recomputed record are replaced by the ones the recomputation
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from jobs.messages import ALERT
+from jobs.arrow_ops import column, sort
+from jobs.messages import ALERT, ALERT_COLUMNS
 from schemas import warehouse as wh
 from schemas.model import Table
 
@@ -37,62 +39,111 @@ ALERT_TEXTS = (INVALID_SP_RATING, UNKNOWN_COMPANY, UNKNOWN_STATUS, UNKNOWN_INDUS
 
 SOURCE_OF = {wh.DIM_COMPANY.name: "DimCompany", wh.DIM_SECURITY.name: "DimSecurity", wh.FINANCIAL.name: "Financial"}
 
-
-def latest_delivery(staged: DataFrame) -> DataFrame:
-    """One row per (file, line): the one staged by the latest micro-batch (a file delivered again wins)."""
-    latest = Window.partitionBy("source_file", "line_no").orderBy(F.col("batch_id").desc())
-    return staged.withColumn("_n", F.row_number().over(latest)).where(F.col("_n") == 1).drop("_n")
+STRING = pa.large_string()
 
 
-def record_key() -> Column:
-    """A staged record's identity, `<file>:<line>` (the `messagekey` of its alerts)."""
-    return F.concat_ws(":", F.col("source_file"), F.col("line_no").cast("string"))
+def latest_delivery(staged: pa.Table) -> pa.Table:
+    """One row per (file, line): the one staged by the latest micro-batch (a file delivered again wins), in the
+    order of file, line."""
+    ordered = sort(staged, ["source_file", "line_no", "batch_id"])
+    n = ordered.num_rows
+    if n == 0:
+        return ordered
+    last = np.ones(n, dtype=bool)
+    same = pc.and_(
+        pc.equal(column(ordered, "source_file").slice(1), column(ordered, "source_file").slice(0, n - 1)),
+        pc.equal(column(ordered, "line_no").slice(1), column(ordered, "line_no").slice(0, n - 1)),
+    )
+    last[:-1] = ~np.asarray(same, dtype=bool)
+    return ordered.filter(pa.array(last))
 
 
-def missing_required(table: Table, columns: tuple[str, ...]) -> Column:
-    """Comma list of the `columns` that `table` declares NOT NULL and that are NULL ('' when none)."""
-    required = [c for c in columns if not table.column(c).nullable]
-    return F.concat_ws(",", *[F.when(F.col(c).isNull(), F.lit(c)) for c in required])
+def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`values` as strings (NULL stays NULL); dates as ISO days, numbers in decimal."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return pc.cast(values, STRING)
 
 
-def first_reason(*checks: tuple[Column, str, Column]) -> tuple[Column, Column]:
-    """(`_reason`, `_detail`) of the first failing check (condition, reason text, detail); NULLs when none."""
-    reason, detail = None, None
-    for cond, text, info in checks:
-        reason = F.when(cond, F.lit(text)) if reason is None else reason.when(cond, F.lit(text))
-        detail = F.when(cond, info) if detail is None else detail.when(cond, info)
-    return reason, detail
-
-
-def rejection_alerts(records: DataFrame, source: str, ident: Column) -> DataFrame:
-    """One Alert per record with a `_reason` (rows as `jobs.messages.alerts` builds them, the reason as text):
-    data = `ident, detail`, key = the record, batch = the record's TPC-DI batch."""
-    return records.where(F.col("_reason").isNotNull()).select(
-        F.col("_batch").cast("int").alias("batchid"),
-        F.lit(source).alias("messagesource"),
-        F.col("_reason").alias("messagetext"),
-        F.lit(ALERT).alias("messagetype"),
-        F.concat_ws(", ", ident, F.col("_detail")).alias("messagedata"),
-        F.col("_rec").alias("messagekey"),
+def join_text(*parts: str | pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The parts concatenated (literal strings and string arrays); NULL where any array part is NULL."""
+    return pc.binary_join_element_wise(
+        *[pa.scalar(p, STRING) if isinstance(p, str) else text(p) for p in parts], pa.scalar("", STRING)
     )
 
 
-def lineage(pts: str = "pts") -> list[Column]:
-    return [
-        F.col(pts).alias("_ts"),
-        F.to_date(F.col(pts)).alias("_pdate"),
-        F.col("source_batch").alias("_batch"),
-        F.col("source_file"),
-        F.col("line_no"),
-        F.col("batch_id"),
-        record_key().alias("_rec"),
+def lineage(records: pa.Table) -> dict[str, pa.Array]:
+    """The lineage columns every change record carries: `_ts` (PTS), `_pdate` (its UTC day), `_batch` (TPC-DI
+    batch), `source_file`, `line_no`, `batch_id` (micro-batch) and `_rec`, the record's identity `<file>:<line>`
+    (the `messagekey` of its alerts)."""
+    file, line = column(records, "source_file"), column(records, "line_no")
+    return {
+        "_ts": column(records, "pts"),
+        "_pdate": pc.cast(column(records, "pts"), pa.date32()),
+        "_batch": column(records, "source_batch"),
+        "source_file": file,
+        "line_no": line,
+        "batch_id": column(records, "batch_id"),
+        "_rec": join_text(file, ":", line),
+    }
+
+
+def missing_required(table: Table, rows: pa.Table, columns: tuple[str, ...]) -> pa.Array:
+    """Per row, the comma list of the `columns` that `table` declares NOT NULL and that are NULL ('' when none)."""
+    pieces = [
+        pc.if_else(pc.is_null(column(rows, c)), pa.scalar(f"{c},", STRING), pa.scalar("", STRING))
+        for c in columns
+        if not table.column(c).nullable
     ]
+    if not pieces:
+        return pa.array([""] * rows.num_rows, STRING)
+    return pc.replace_substring_regex(join_text(*pieces), ",$", "")
 
 
-def withdrawn_alerts(existing: DataFrame, examined: DataFrame, raised: DataFrame) -> DataFrame:
-    """Keys of the T1 alerts in `existing` (DImessages) about records in `examined` (`batchid`,
-    `messagesource`, `messagekey`) that the recomputation no longer raises (`raised`)."""
-    mine = existing.where((F.col("messagetype") == "Alert") & F.col("messagetext").isin(*ALERT_TEXTS))
+def first_reason(n: int, *checks: tuple[pa.Array, str, pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """(`_reason`, `_detail`) of the first failing check (condition, reason text, detail) per row; NULLs when none.
+    A NULL condition does not fail."""
+    reason = pa.nulls(n, STRING)
+    detail = pa.nulls(n, STRING)
+    for cond, why, info in reversed(checks):
+        fails = pc.fill_null(cond, False)
+        reason = pc.if_else(fails, pa.scalar(why, STRING), reason)
+        detail = pc.if_else(fails, text(info), detail)
+    return reason, detail
+
+
+def rejection_alerts(records: pa.Table, source: str, ident: pa.Array) -> pa.Table:
+    """One Alert per record with a `_reason` (rows in `jobs.messages.ALERT_COLUMNS`, the reason as text): data =
+    `ident, detail` (the detail left out when NULL), key = the record, batch = the record's TPC-DI batch."""
+    bad = pc.is_valid(records["_reason"])
+    rows = records.filter(bad)
+    ident = text(ident).filter(bad)
+    detail = text(rows["_detail"])
+    return pa.table(
+        {
+            "batchid": rows["_batch"].cast(pa.int32()),
+            "messagesource": pa.array([source] * rows.num_rows, STRING),
+            "messagetext": rows["_reason"].cast(STRING),
+            "messagetype": pa.array([ALERT] * rows.num_rows, STRING),
+            "messagedata": pc.if_else(pc.is_valid(detail), join_text(ident, ", ", detail), ident),
+            "messagekey": rows["_rec"].cast(STRING),
+        },
+        schema=ALERT_COLUMNS,
+    )
+
+
+def withdrawn_alerts(existing: pa.Table, examined: pa.Table, raised: pa.Table) -> pa.Table:
+    """Keys of the T1 alerts in `existing` (DImessages rows with its key columns and `messagetext`) about records
+    in `examined` (`batchid`, `messagesource`, `messagekey`) that the recomputation no longer raises (`raised`)."""
     keys = list(wh.DI_MESSAGES.key)
-    about = mine.join(examined.distinct(), ["batchid", "messagesource", "messagekey"], "left_semi")
-    return about.select(*keys).join(raised.select(*keys), keys, "left_anti")
+    mine = pc.and_(
+        pc.equal(existing["messagetype"], ALERT),
+        pc.is_in(existing["messagetext"], value_set=pa.array(ALERT_TEXTS, existing["messagetext"].type)),
+    )
+    on = ["batchid", "messagesource", "messagekey"]
+    about = (
+        existing.filter(mine)
+        .select(keys)
+        .join(examined.select(on).cast(existing.select(on).schema), on, join_type="left semi")
+    )
+    again = raised.select(keys).cast(existing.select(keys).schema)
+    return about.join(again, keys, join_type="left anti").select(keys)

@@ -7,8 +7,9 @@ micro-batch of the same TPC-DI batch replaces itself instead of duplicating, and
 whatever the micro-batch split. `messagedateandtime` is the BatchDate of the message's batch (midnight), not
 the wall clock, so the table is reproducible; it is NULL while that BatchDate has not arrived.
 
-A step raises its alerts with `alerts(...)` and commits them with `commit_messages(ctx, scope, step, rows)`
-(app transaction `<step>/dimessages`).
+A step raises its alerts as rows in `ALERT_COLUMNS` (`alert_rows`, `alert_table`) and commits them with
+`commit_messages(ctx, scope, step, rows)` (app transaction `<step>/dimessages`), or with `commit_alert_changes` when
+a recomputation also withdraws alerts it raised before.
 
 Step DM (`run`, the last step of every micro-batch) writes the batch validation rows and the phase complete
 record of the TPC-DI validation query (TPC-DI 1.1.0, Appendix B, `tpcdi_validation.sql`), for every TPC-DI batch
@@ -51,8 +52,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 
 from jobs.scope import BatchScope
 from schemas import warehouse as wh
@@ -75,7 +74,7 @@ INACTIVE_CUSTOMERS = "Inactive customers"
 INACTIVE_WATCHES = "Inactive watches"
 INITIAL_BATCH = 0  # the spec's batch 0: the warehouse before Batch1
 
-# the columns of the rows `alerts` builds: DImessages without the time, which `commit_messages` adds
+# the columns of alert rows (`alert_rows`, `alert_table`): DImessages without the time, which `commit_messages` adds
 ALERT_COLUMNS = pa.schema([f for f in DI_MESSAGES.arrow_schema() if f.name != "messagedateandtime"])
 
 # MessageSource -> table, for the tables of the validation query (in the query's order).
@@ -166,35 +165,8 @@ VALIDATION_MESSAGES: tuple[tuple[str, str], ...] = (
 )
 
 
-def alerts(
-    records: DataFrame,
-    *,
-    source: str,
-    text: str,
-    when: Column,
-    data: Column,
-    key: Column,
-    batchid: Column,
-) -> DataFrame:
-    """One Alert message per row of `records` where `when` holds.
-
-    `source` is the table the alert is about (e.g. "DimTrade"), `text` the spec's message text (e.g.
-    "Invalid trade commission"), `data` the message data (e.g. `T_ID = 1, T_COMM = 12.00`), `key` the
-    record's identity within the batch, `batchid` the TPC-DI batch of the record. Returns rows with the
-    columns of DImessages except `messagedateandtime` (see `commit_messages`).
-    """
-    return records.where(when).select(
-        batchid.cast("int").alias("batchid"),
-        F.lit(source).alias("messagesource"),
-        F.lit(text).alias("messagetext"),
-        F.lit(ALERT).alias("messagetype"),
-        data.cast("string").alias("messagedata"),
-        key.cast("string").alias("messagekey"),
-    )
-
-
 def alert_table(source: str, text: str, rows: Sequence[tuple[int, str, str]]) -> pa.Table:
-    """`alerts` for rows built in Python: one Alert per `(batchid, messagedata, messagekey)`, in `ALERT_COLUMNS`."""
+    """Alert rows built in Python: one Alert per `(batchid, messagedata, messagekey)`, in `ALERT_COLUMNS`."""
     batch, data, key = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
     n = len(batch)
     return pa.table(
@@ -210,13 +182,11 @@ def alert_table(source: str, text: str, rows: Sequence[tuple[int, str, str]]) ->
     )
 
 
-def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: DataFrame | pa.Table | None) -> int:
-    """Upsert message rows (as built by `alerts`, or the same columns collected as Arrow) with the BatchDate of
+def commit_messages(ctx: JobContext, scope: BatchScope, step: str, rows: pa.Table | None) -> int:
+    """Upsert message rows (in `ALERT_COLUMNS`) with the BatchDate of
     their batch as their time (`dated_messages`)."""
     if rows is None or scope.committed(ctx, step, DI_MESSAGES):
         return 0
-    if isinstance(rows, DataFrame):
-        rows = rows.select(*ALERT_COLUMNS.names).toArrow()
     data = ctx.lake.to_arrow(DI_MESSAGES, dated_messages(scope, rows))
     if data.num_rows == 0:
         return 0
@@ -235,7 +205,7 @@ def commit_alert_changes(
     texts: Sequence[str],
     owners: Sequence[str],
 ) -> int:
-    """Upsert the alerts `raised` (the columns of `alerts`) of a step's `part` and delete, in the same commit, the
+    """Upsert the alerts `raised` (in `ALERT_COLUMNS`) of a step's `part` and delete, in the same commit, the
     existing alerts of `source` with one of `texts` that belong to one of `owners` and are not raised again: a
     record that now loads (or whose alert moved to another batch) leaves no trace of its wait, so a split batch
     ends with the alerts of a whole one. An alert's owner is the first word of its message key (e.g. `CA_ID=5` in
@@ -268,7 +238,7 @@ def commit_alert_changes(
 def alert_rows(
     batchid: pa.Array, *, source: str, text: str, data: pa.Array | list[str], key: pa.Array | list[str]
 ) -> pa.Table:
-    """Alert messages in the columns of `alerts`, built in the driver: one per element of `batchid`."""
+    """Alert messages in `ALERT_COLUMNS`, built in the driver: one per element of `batchid`."""
     n = len(batchid)
     return pa.table(
         {
@@ -283,7 +253,7 @@ def alert_rows(
 
 
 def dated_messages(scope: BatchScope, rows: pa.Table) -> pa.Table:
-    """Arrow message rows (the columns of `alerts`) with `messagedateandtime`: midnight of their batch's BatchDate,
+    """Arrow message rows (in `ALERT_COLUMNS`) with `messagedateandtime`: midnight of their batch's BatchDate,
     NULL while it is unknown."""
     midnight = {b: dt.datetime.combine(d, dt.time()) for b, d in scope.batch_dates.items()}
     stamps = pa.array([midnight.get(b) for b in rows["batchid"].to_pylist()], pa.timestamp("us"))
@@ -348,7 +318,7 @@ def validation_counts(ctx: JobContext) -> dict[tuple[str, str], int]:
 def batch_message_rows(counts: Mapping[tuple[str, str], int], source_batches: Sequence[int]) -> pa.Table:
     """The validation rows (`counts`: `(source, text) -> figure` for every row of `VALIDATION_MESSAGES`) and the
     phase complete record of every batch of `source_batches`, plus batch 0 (every figure 0) with batch 1, in the
-    columns of `alerts`."""
+    columns of `ALERT_COLUMNS`."""
     rows = []
     for batch in sorted(set(source_batches)):
         rows.extend(_batch_rows(batch, counts))

@@ -1,25 +1,30 @@
-"""SCD type 2 history on Arrow tables in the driver: `jobs.scd2`'s conventions for the dimensions whose change
-records are few enough for one process (DimCustomer and DimAccount, step T2: thousands of keys per scale factor,
-where the Spark plans of `jobs.scd2` cost seconds of planning per micro-batch whatever its size).
+"""SCD type 2 history on Arrow tables in the driver, with `jobs.scd2`'s conventions, for every dimension: DimCustomer
+and DimAccount (T2), DimCompany and DimSecurity (T1). Their change records are few enough for one process (thousands
+of keys per scale factor; FINWIRE's SEC records ~30,000 at SF 10), where Spark plans cost seconds of planning per
+micro-batch whatever its size.
 
-Same contract and same results as `jobs.scd2.build_versions`: a key's history is a function of its change records
-in their declared order only; at most one version per key and day (the day's last change); `enddate` is the next
-version's `effectivedate`, the open version ends on 9999-12-31 and is the only one with `iscurrent`; `batchid` is
-the TPC-DI batch of the change that made the version. Surrogate keys as `jobs.scd2.surrogate_key`.
+A key's history is a function of its change records in their declared order only; at most one version per key and
+day (the day's last change); `enddate` is the next version's `effectivedate`, the open version ends on 9999-12-31
+and is the only one with `iscurrent`; `batchid` is the TPC-DI batch of the change that made the version. Surrogate
+keys: `surrogate_keys` for numeric natural keys, `hashed_surrogate_keys` for strings.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from jobs.arrow_ops import EPOCH, column, days, same_as_previous, sort
 from jobs.scd2 import BATCH, DAY_SLOTS, END_OF_TIME, EPOCH_1900, TS, present_flag
 
 DAYS_1900 = (EPOCH_1900 - EPOCH).days  # days from 1970-01-01 to 1900-01-01 (negative)
+_SPARK_SEED = 42  # the seed of Spark's xxhash64
+_SIGN_CLEARED = 0x7FFFFFFFFFFFFFFF
 
 
 def surrogate_keys(natural: pa.Array | pa.ChunkedArray, day: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -32,6 +37,19 @@ def surrogate_keys(natural: pa.Array | pa.ChunkedArray, day: pa.Array | pa.Chunk
     return pa.array(n * DAY_SLOTS + d, pa.int64(), mask=~valid)
 
 
+def hashed_surrogate_keys(tag: str, natural: pa.Array | pa.ChunkedArray, day: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A non-negative 63-bit hash of `(tag, natural key, day)` per row, for natural keys that are strings (DimSecurity's
+    symbol): Spark's `xxhash64(tag, natural, day)` (seed 42; each value hashed with XXH64 seeded by the hash so far,
+    a string by its UTF-8 bytes, a date by its days since 1970 as 4 little-endian bytes; NULL skipped) with the sign
+    bit cleared. A fixed function of its input: the same history always gets the same keys."""
+    seed = xxhash.xxh64_intdigest(tag.encode(), _SPARK_SEED)
+    keys = []
+    for value, when in zip(natural.to_pylist(), days(day).tolist(), strict=True):
+        h = seed if value is None else xxhash.xxh64_intdigest(value.encode(), seed)
+        keys.append(xxhash.xxh64_intdigest(struct.pack("<i", when), h) & _SIGN_CLEARED)
+    return pa.array(keys, pa.int64())
+
+
 def midnight(dates: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Midnight (UTC) of each date, as `timestamp[us, tz=UTC]` (NULL stays NULL): the `_ts` of a record dated
     by its batch."""
@@ -41,7 +59,7 @@ def midnight(dates: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def build_versions(changes: pa.Table, key: str, order: Sequence[str], values: Sequence[str]) -> pa.Table:
-    """Versions of every key in `changes`, one per key per day (`jobs.scd2.build_versions` in Arrow).
+    """Versions of every key in `changes`, one per key per day.
 
     `changes`: one row per change record with `key`, `_ts` (timestamp[us, tz=UTC]), `_batch`, the `values` and
     optionally `_has_<value>` booleans (a record with the flag false or NULL keeps the previous record's value).

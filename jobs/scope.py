@@ -21,13 +21,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from schemas import sources as src
 from schemas.model import Table
 from streamdi.context import JobContext
-from streamdi.spark import literal_frame
 
 
 @dataclass(frozen=True)
@@ -86,22 +83,11 @@ class BatchScope:
             return pa.array([], pa.int64())
         return pc.unique(pa.concat_arrays(parts))
 
-    def staged(self, ctx: JobContext, table: Table, *, upto: bool = False) -> DataFrame | None:
-        """This micro-batch's rows of a staging table (every micro-batch up to it with `upto`, except the skipped
-        ones); None if the table does not exist yet."""
-        if not ctx.lake.exists(table):
-            return None
-        df = ctx.lake.read(table)
-        cond = F.col("batch_id") <= self.batch_id if upto else F.col("batch_id") == self.batch_id
-        if upto and self.skipped:
-            cond = cond & ~F.col("batch_id").isin(*sorted(self.skipped))
-        return df.where(cond)
-
     def staged_where(
         self, ctx: JobContext, table: Table, condition: pc.Expression, columns: list[str] | None = None
     ) -> pa.Table:
-        """The rows `staged(upto=True)` keeps where `condition` holds, read with delta-rs (no Spark); `columns`
-        only when given. Empty when the table does not exist yet."""
+        """The rows of a staging table that every micro-batch up to this one staged (except the skipped ones) where
+        `condition` holds, read with delta-rs; `columns` only when given. Empty when the table does not exist yet."""
         if not ctx.lake.exists(table):
             schema = table.arrow_schema()
             return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
@@ -121,10 +107,6 @@ class BatchScope:
             for t in tables
             for c in self.recent_history(ctx, t)
         )
-
-    def dates_frame(self, ctx: JobContext) -> DataFrame:
-        """`source_batch int, batchdate date` for every TPC-DI batch whose date is known."""
-        return literal_frame(ctx.spark, sorted(self.batch_dates.items()), "source_batch int, batchdate date")
 
 
 def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:

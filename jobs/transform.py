@@ -23,8 +23,9 @@ commit for this micro-batch is already recorded, so rerunning a micro-batch afte
 commits that are missing. A step reads the tables of earlier steps as they stand after this micro-batch's
 commits to them (batch order guarantees nothing later has been committed), so a rerun computes what the
 interrupted run would have computed. T1 and T2 depend only on T0: they run at the same time, in two threads
-(Spark runs their jobs side by side; their commits go to different tables, except DImessages, where each
-upserts only the alerts of its own tables under the table's commit lock); so do T3 and T4 after them.
+(their Arrow work and delta-rs commits release the GIL; their commits go to different tables, except DImessages,
+where each upserts only the alerts of its own tables under the table's commit lock); so do T3 and T4 after them.
+Every step runs in the driver on Arrow tables read and committed with delta-rs: a transform starts no JVM.
 
 Each step declares the steps it runs after (`Step.after`); the order is not written out anywhere else: `waves`
 sorts the graph (`graphlib.TopologicalSorter`) into waves of steps that can run together.
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
@@ -72,18 +73,10 @@ class Step:
     run: Callable[[JobContext, BatchScope], dict[str, int]]
     after: tuple[str, ...] = ()
     checked: bool = False  # its tables' warehouse suites run after it (`jobs.validate.STEP_TABLES`)
-    spark: bool = False  # it may run Spark jobs (when `needs_spark`; the others run in the driver on Arrow)
     # The migrated tables whose every commit of a micro-batch this step makes: a migration running beside the
     # transform (`streamdi.migrator.TransformProgress`) lands them once the step is done. DImessages and the quality
     # tables are written by several steps, so they wait for the whole transform.
     final: tuple[Table, ...] = ()
-
-
-def needs_spark(files: Iterable[str]) -> bool:
-    """Whether a micro-batch of these landing files runs Spark jobs: only T1 does, when FINWIRE, StatusType or
-    Industry records arrive (Batch1); every other micro-batch runs in the driver on Arrow, and a process that
-    transforms only such micro-batches never starts a JVM."""
-    return bool(create_securities.arrived_sources(sorted(files)))
 
 
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -110,7 +103,7 @@ STEPS: tuple[Step, ...] = (
         checked=True,
         final=(*wh.REFERENCE_TABLES, wh.DIM_BROKER),
     ),
-    Step("T1", create_securities.run, after=("T0",), checked=True, spark=True, final=wh.SECURITY_TABLES),
+    Step("T1", create_securities.run, after=("T0",), checked=True, final=wh.SECURITY_TABLES),
     Step("T2", create_accounts.run, after=("T0",), checked=True, final=wh.ACCOUNT_TABLES),
     Step("T3", trades_and_holdings, after=("T1", "T2"), checked=True, final=wh.TRADE_TABLES),
     Step("T4", market_and_watches, after=("T1", "T2"), checked=True, final=wh.MARKET_TABLES),
@@ -216,10 +209,6 @@ def _timed(
     ctx: JobContext, scope: BatchScope, step: Step, attempt: int
 ) -> tuple[dict[str, int], validate.StepChecks | None, float]:
     started = time.perf_counter()
-    if step.spark and needs_spark(scope.file_seq):
-        # A Spark step builds Column expressions before it touches the session, and PySpark builds a Column only
-        # with a running SparkContext: wait for the session (`run_pending` started it in the background).
-        _ = ctx.spark
     rows = step.run(ctx, scope)
     checks = validate.validate_step(ctx, scope.batch_id, step.name, attempt=attempt) if step.checked else None
     return rows, checks, time.perf_counter() - started

@@ -1,8 +1,7 @@
 """Which version of a dimension was valid on a day, for many (natural key, day) pairs at once, in the driver.
 
-The Arrow counterpart of `jobs.scd2.valid_at` (the Spark join the dimension steps use): the fact tables that are
-computed on Arrow data (`jobs.cash_balances`, `jobs.holdings`, `jobs.watches`, `jobs.market_rows`) look their
-dimension keys up here. A version is valid on the days `effectivedate <= day < enddate`; SCD2 versions of one key
+The fact tables (`jobs.cash_balances`, `jobs.holdings`, `jobs.watches`, `jobs.market_rows`) look their dimension
+keys up here. A version is valid on the days `effectivedate <= day < enddate`; SCD2 versions of one key
 never overlap, so at most one is.
 """
 

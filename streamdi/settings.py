@@ -161,14 +161,6 @@ class Settings(BaseSettings):
         "(Batch1's trade, cash, holding and watch history; the trade windows), which a warm process then filters in "
         "memory instead of decoding every row group per read (0: none). A table larger than this is read from disk.",
     )
-    executor_write_rows: int = Field(
-        default=1_000_000,
-        ge=0,
-        description="T1's first load of DimCompany, DimSecurity or Financial from at least this many staged FINWIRE "
-        "records (CMP, SEC or FIN) is written as Parquet by Spark's executors and only committed by the driver; a "
-        "smaller one is collected into the driver and written there, which is quicker on one machine (0: always the "
-        "executors).",
-    )
     executor_parse_bytes: int = Field(
         default=512 << 20,
         ge=0,
@@ -262,7 +254,6 @@ class Settings(BaseSettings):
             "STREAMDI_CHECKPOINT_EVERY": str(self.checkpoint_every),
             "STREAMDI_VACUUM_RETENTION_HOURS": str(self.vacuum_retention_hours),
             "STREAMDI_RESIDENT_MB": str(self.resident_mb),
-            "STREAMDI_EXECUTOR_WRITE_ROWS": str(self.executor_write_rows),
             "STREAMDI_EXECUTOR_PARSE_BYTES": str(self.executor_parse_bytes),
             "STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES": str(self.executor_parse_chunk_bytes),
             "STREAMDI_MIGRATE_BESIDE_TRANSFORM": str(self.migrate_beside_transform).lower(),

@@ -31,9 +31,8 @@ def env_for(
     executors: bool = False,
 ) -> dict[str, str]:
     """`beside`: the migration runs beside the transform (`STREAMDI_MIGRATE_BESIDE_TRANSFORM`, the default) or
-    after it; `executors`: Spark's executors parse every staged delimited source their checks allow, in pieces of
-    64 KiB, and write T1's first load (`STREAMDI_EXECUTOR_PARSE_BYTES=0`, `STREAMDI_EXECUTOR_WRITE_ROWS=0`), as
-    on a cluster."""
+    after it; `executors`: Spark's executors parse every staged source their checks allow, in pieces of 64 KiB
+    (`STREAMDI_EXECUTOR_PARSE_BYTES=0`), as on a cluster."""
     drop = ("STREAMDI_FAULT_AT", "DATABASE_URL", "STREAMDI_COMPACT_SMALL_FILES")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(STREAMDI_HOME=str(home), STREAMDI_SPARK_MASTER=master, STREAMDI_SPARK_SHUFFLE_PARTITIONS="2")
@@ -44,11 +43,7 @@ def env_for(
     if compact:
         env["STREAMDI_COMPACT_SMALL_FILES"] = compact
     if executors:
-        env.update(
-            STREAMDI_EXECUTOR_WRITE_ROWS="0",
-            STREAMDI_EXECUTOR_PARSE_BYTES="0",
-            STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES=str(64 << 10),
-        )
+        env.update(STREAMDI_EXECUTOR_PARSE_BYTES="0", STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES=str(64 << 10))
     return env
 
 

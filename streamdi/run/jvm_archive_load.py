@@ -2,6 +2,9 @@
 
 Run as `python -m streamdi.run.jvm_archive_load FILE` by `jvm_archive.build`, it loads a tiny data set (SF 0.01,
 Batch1 and Batch2 staged and transformed) in a driver JVM that writes the classes it loaded to FILE when it exits.
+The transform runs on Arrow, so what Spark does in streamdi is the stage's parse of large files on the executors
+(`jobs.stage_executors`): the load parses every file that way (`STREAMDI_EXECUTOR_PARSE_BYTES=0`), and the archive
+holds the classes of those jobs.
 
 A module of its own so that `streamdi.jvm_archive`, which every Spark start imports for the archive's options,
 does not import the jobs it runs.
@@ -25,6 +28,7 @@ def dump(into: Path) -> None:
 
     os.environ["STREAMDI_SPARK_DRIVER_JAVA_OPTIONS"] = f"{DRIVER_JIT_OPTIONS} -XX:ArchiveClassesAtExit={into} {QUIET}"
     os.environ["STREAMDI_JVM_CLASS_ARCHIVE"] = "false"  # not the archive being replaced
+    os.environ["STREAMDI_EXECUTOR_PARSE_BYTES"] = "0"  # the Spark jobs streamdi runs: the executors' parse
     from pyspark import SparkContext
 
     from jobs import transform

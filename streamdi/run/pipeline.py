@@ -103,8 +103,6 @@ def transform_job(ctx: JobContext, batch_id: int, *, progress: TransformProgress
     (`jobs.transform.Step.final`), for a migration running beside (`MigrationBeside`)."""
     warm_up()  # the warehouse suites need Great Expectations after the first step
     batch_log = BatchLog(ctx.lake)
-    if _needs_spark(batch_log, batch_id):
-        ctx.start_spark()  # the JVM starts while the step reads its scope and the reference data
     finals = {step.name: step.final for step in transform.STEPS}
     report = transform.run(
         ctx,
@@ -124,11 +122,6 @@ def transform_job(ctx: JobContext, batch_id: int, *, progress: TransformProgress
     return detail
 
 
-def _needs_spark(batch_log: BatchLog, batch_id: int) -> bool:
-    """Whether the transform of micro-batch `batch_id` runs Spark jobs (`jobs.transform.needs_spark`)."""
-    return transform.needs_spark(f.file for f in batch_log.files(batch_id))
-
-
 TRANSFORM_STEPS: tuple[str, ...] = tuple(step.name for step in transform.STEPS)  # in dependency order
 
 
@@ -140,8 +133,6 @@ def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: It
     seconds and checks of the steps' `earlier` details merged into its own, and compacts the lake. A step whose
     commits for the micro-batch are recorded (a retry, a rerun) redoes none of them."""
     declared = next((s for s in transform.STEPS if s.name == step), None)
-    if declared is not None and declared.spark and _needs_spark(BatchLog(ctx.lake), batch_id):
-        ctx.start_spark()  # the JVM (or the Spark Connect session) starts while the step reads its scope
     if declared is not None and declared.checked:
         warm_up()  # its warehouse suites need Great Expectations: imported meanwhile
     batch_log = BatchLog(ctx.lake)
@@ -384,8 +375,6 @@ def drive(
         report.plan = scope.plan(progress.pending) if part is None or part.step == TRANSFORM_STEPS[0] else []
         if on_plan:
             on_plan(report.plan)
-        if any(stage_name == "transform" and _needs_spark(batch_log, b) for b, stage_name in report.plan):
-            ctx.start_spark()  # the JVM starts on the idle core while staging parses and imports
         if any(stage_name == "migrate" for _, stage_name in report.plan):
             ctx.start_warehouse()  # PostgreSQL starts while the earlier stages run
 

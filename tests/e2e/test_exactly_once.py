@@ -77,24 +77,18 @@ def test_crash_right_after_a_named_commit_of_batch2_then_rerun_equals_the_uncras
         assert got["delta"][table] == rows, f"{table} differs after a crash after {commit} and a rerun"
 
 
-@pytest.mark.parametrize(
-    ("commit", "written"),
-    [
-        ("T1/financial", "warehouse/financial/T1-financial-v*-*.snappy.parquet"),
-        ("stage/trade", "staging/trade/stage-trade-v*-*.snappy.parquet"),
-    ],
-)
 def test_crash_between_the_executors_write_and_the_drivers_commit_then_rerun_equals_the_uncrashed_run(
-    commit, written, data, reference, tmp_path
+    data, reference, tmp_path
 ):
-    """Batch1 with the staged sources parsed and T1's tables written by Spark's executors (`executors`): killed after
-    the executors wrote a table's files (Trade's staged pieces, or Financial) and the driver moved them into the
-    table, before its commit. The rerun writes them again under the same names and commits them once; the warehouse
-    equals the reference, whose driver parsed, collected and wrote everything itself."""
+    """Batch1 with the staged sources parsed and written by Spark's executors (`executors`): killed after the
+    executors wrote Trade's staged pieces and the driver moved them into the table, before its commit. The rerun
+    writes them again under the same names and commits them once; the warehouse equals the reference, whose driver
+    parsed and wrote everything itself."""
     expected, _, _ = reference
     home = tmp_path / "home"
+    commit = "stage/trade"
     assert load(home, data, 1, fault=f"lake.before_commit:{commit}", executors=True) == -9
-    assert list((home / "lake").glob(written))  # moved in, not committed
+    assert list((home / "lake").glob("staging/trade/stage-trade-v*-*.snappy.parquet"))  # moved in, not committed
     assert load(home, data, 1, executors=True) == 0
     assert load(home, data, 2, executors=True) == 0
     got = snapshot(home)
@@ -192,8 +186,8 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
 
 
 def test_crash_of_a_spark_connect_client_then_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
-    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default), with the staged sources parsed and T1's tables written
-    by the executors (`executors`: the server's Python workers run streamdi's parse): the client process is killed
+    """STREAMDI_SPARK_REMOTE=embedded (Airflow tasks' default), with the staged sources parsed and written by the
+    executors (`executors`: the server's Python workers run streamdi's parse): the client process is killed
     right after T1's DimSecurity commit in Batch1, while T2 runs beside it; the server outlives it, the rerun reuses
     it, and after Batch2 (whose bag sources the server's executors parse too) the home ends where the uncrashed run
     (Spark in the process, everything parsed and written in the driver) ended."""

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import functions as F
 
 from jobs import messages
 from jobs.scope import BatchScope
@@ -204,18 +203,11 @@ def test_a_later_micro_batch_of_the_same_batch_replaces_its_rows(dm_ctx: JobCont
     assert validation(rows, 0)[("DimCustomer", "Row count")] == "0"
 
 
-def test_the_next_batch_adds_its_rows_and_leaves_earlier_batches_and_alerts_alone(dm_ctx: JobContext, spark):
+def test_the_next_batch_adds_its_rows_and_leaves_earlier_batches_and_alerts_alone(dm_ctx: JobContext):
     # an alert raised by another step in the same micro-batch
     scope = BatchScope(batch_id=3, source_batches=(2,), batch_dates={1: BATCH1, 2: BATCH2})
-    trades = spark.createDataFrame([(7, 2)], "t_id bigint, batch int")
-    alert = messages.alerts(
-        trades,
-        source="DimTrade",
-        text="Invalid trade fee",
-        when=F.lit(True),
-        data=F.format_string("T_ID = %d", "t_id"),
-        key=F.format_string("T_ID=%d", "t_id"),
-        batchid=F.col("batch"),
+    alert = messages.alert_rows(
+        pa.array([2]), source="DimTrade", text="Invalid trade fee", data=["T_ID = 7"], key=["T_ID=7"]
     )
     assert messages.commit_messages(dm_ctx, scope, "T3", alert) == 1
     dm_ctx.lake.append(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pyarrow.compute as pc
 import pytest
 from builders import source_line, write_landing_file
 
@@ -57,8 +58,8 @@ def test_staged_rows_and_dates_of_a_skipped_batch_are_left_out_of_later_batches(
     scope = load_scope(ctx, 3)
     assert scope.skipped == frozenset({2})
     assert scope.batch_dates == {}
-    staged = scope.staged(ctx, src.TAX_RATE.staging, upto=True)
-    assert sorted((r["batch_id"], r["tx_id"]) for r in staged.select("batch_id", "tx_id").collect()) == [
+    staged = scope.staged_where(ctx, src.TAX_RATE.staging, pc.scalar(True), ["batch_id", "tx_id"])
+    assert sorted((r["batch_id"], r["tx_id"]) for r in staged.to_pylist()) == [
         (1, "US1"),
         (3, "US4"),
     ]

@@ -28,7 +28,6 @@ from pyspark.sql import functions as F
 
 from jobs import create_securities
 from jobs.companies import company_of_key, company_references, resolve_company
-from jobs.scd2 import hashed_surrogate_key, surrogate_key
 from jobs.scope import BatchScope
 from schemas import warehouse as wh
 from schemas.staging import FINWIRE_TABLES
@@ -322,9 +321,11 @@ def securities_ref(ref: str) -> str:
 
 
 def sec_key(spark, symbol: str, day: D) -> int:
-    """The declared DimSecurity key rule (`hashed_surrogate_key("dimsecurity", [symbol], day)`) on literals."""
+    """The declared DimSecurity key rule on literals, computed by Spark itself: `xxhash64("dimsecurity", symbol,
+    day)` with the sign bit cleared."""
     df = spark.createDataFrame([(symbol, day)], "symbol string, day date")
-    return df.select(hashed_surrogate_key("dimsecurity", ["symbol"], "day")).first()[0]
+    hashed = F.xxhash64(F.lit("dimsecurity"), F.col("symbol"), F.col("day")).bitwiseAND(F.lit(0x7FFFFFFFFFFFFFFF))
+    return df.select(hashed).first()[0]
 
 
 def _tables(ctx: JobContext) -> dict[str, list[dict]]:
@@ -406,38 +407,40 @@ def test_later_quarter_first_over_two_micro_batches_gives_same_tables(spark, tmp
     assert _tables(ctx) == _tables(loaded[0])
 
 
-def test_unit_company_key_inverse_and_arrived_sources(spark):
-    df = spark.createDataFrame([(1234567890, D(1967, 4, 10))], "cik bigint, day date")
-    key = df.select(surrogate_key("cik", "day").alias("k"))
-    assert key.select(company_of_key(F.col("k"))).first()[0] == 1234567890
+def test_unit_company_key_inverse_and_arrived_sources():
+    assert company_of_key(pa.array([sk(1234567890, D(1967, 4, 10)), sk(7, D(1900, 1, 1))])).to_pylist() == [
+        1234567890,
+        7,
+    ]
     assert create_securities.arrived_sources(["Batch1/FINWIRE1967Q1", "Batch1/FINWIRE1967Q1_audit.csv"]) == {"FINWIRE"}
     assert create_securities.arrived_sources(["Batch1/Industry.txt", "Batch2/Trade.txt"]) == {"Industry"}
     assert create_securities.arrived_sources(["Batch1/Trade.txt"]) == set()
 
 
-def test_unit_reference_resolves_to_version_valid_that_day(spark):
+def test_unit_reference_resolves_to_version_valid_that_day():
     versions = [  # companyid, name, effectivedate, enddate
         (5, "Dup", D(1970, 1, 1), OPEN),
         (4, "Dup", D(1970, 6, 1), OPEN),
         (6, "Solo", D(1970, 1, 1), D(1970, 3, 1)),
         (6, "Solo2", D(1970, 3, 1), OPEN),
     ]
-    companies = spark.createDataFrame(
-        [(c, sk(c, e), n, e, end) for c, n, e, end in versions],
-        "companyid bigint, sk_companyid bigint, name string, effectivedate date, enddate date",
+    companies = pa.Table.from_pylist(
+        [dict(companyid=c, sk_companyid=sk(c, e), name=n, effectivedate=e, enddate=end) for c, n, e, end in versions]
     )
-    records = spark.createDataFrame(
+    records = pa.Table.from_pylist(
         [
-            (1, securities_ref("Dup"), D(1970, 2, 1)),  # only CIK 5 bears the name then
-            (2, securities_ref("Dup"), D(1970, 7, 1)),  # both do: the smallest CIK
-            (3, securities_ref("Solo"), D(1970, 4, 1)),  # renamed by then
-            (4, securities_ref("0000000006"), D(1969, 12, 31)),  # before the company's first version
-            (5, securities_ref("0000000006"), D(1970, 3, 1)),
-        ],
-        "line_no bigint, _ref string, _pdate date",
-    ).withColumn("source_file", F.lit("f"))
-    resolved = resolve_company(records, company_references(companies))
-    got = sorted((r["line_no"], r["_companyid"], r["sk_companyid"]) for r in resolved.collect())
+            dict(line_no=line, _ref=ref, _pdate=day)
+            for line, ref, day in [
+                (1, securities_ref("Dup"), D(1970, 2, 1)),  # only CIK 5 bears the name then
+                (2, securities_ref("Dup"), D(1970, 7, 1)),  # both do: the smallest CIK
+                (3, securities_ref("Solo"), D(1970, 4, 1)),  # renamed by then
+                (4, securities_ref("0000000006"), D(1969, 12, 31)),  # before the company's first version
+                (5, securities_ref("0000000006"), D(1970, 3, 1)),
+            ]
+        ]
+    )
+    companyid, sk_companyid = resolve_company(records, company_references(companies))
+    got = list(zip(records["line_no"].to_pylist(), companyid.to_pylist(), sk_companyid.to_pylist(), strict=True))
     assert got == [
         (1, 5, sk(5, D(1970, 1, 1))),
         (2, 4, sk(4, D(1970, 6, 1))),
