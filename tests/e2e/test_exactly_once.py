@@ -152,10 +152,11 @@ def test_tables_landed_beside_the_transform_stay_invisible_and_a_crash_rolls_the
 
 
 def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncrashed_run(data, reference, tmp_path):
-    """`streamdi load` of Batch1 with its driver JVM killed with SIGKILL (as the kernel's out-of-memory killer does)
-    in the middle of T1, the step that runs Spark jobs (paused right after its DimCompany commit): the command fails
-    and says, after the traceback, that the JVM was killed and that a rerun does not redo finished steps; the reruns
-    of Batch1 and Batch2 end where the uncrashed run ended."""
+    """`streamdi load` of Batch1, its staged sources parsed by Spark's executors (`executors`), with its driver JVM
+    killed with SIGKILL (as the kernel's out-of-memory killer does) in the middle of the stage (paused right after
+    CashTransaction's staging commit, a Batch1 source, with the larger ones still to parse): the command fails and says,
+    after the traceback, that the JVM was killed and that a rerun does not redo finished steps; the reruns of Batch1
+    and Batch2 end where the uncrashed run ended."""
     import subprocess
 
     from cli_runs import STREAMDI, env_for, kill_driver_jvm, wait_paused
@@ -163,7 +164,10 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
     expected, _, _ = reference
     home = tmp_path / "home"
     paused = tmp_path / "paused"
-    env = {**env_for(home, fault="lake.after_commit:T1/dimcompany"), "STREAMDI_FAULT_PAUSE": str(paused)}
+    env = {
+        **env_for(home, fault="lake.after_commit:stage/cashtransaction", executors=True),
+        "STREAMDI_FAULT_PAUSE": str(paused),
+    }
     loading = subprocess.Popen(
         [STREAMDI, "load", "--data", str(data), "--batch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

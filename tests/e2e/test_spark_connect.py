@@ -1,6 +1,7 @@
-"""STREAMDI_SPARK_REMOTE=embedded: `streamdi load` processes run their Spark work on this home's embedded Spark
-Connect server, which the first one starts and later ones reuse, and build the same warehouse as Spark in the
-process does (every Delta table, every row: the jobs use only the DataFrame API)."""
+"""STREAMDI_SPARK_REMOTE=embedded: `streamdi load` processes run their Spark work (the executors' parse of large
+files, here every file: `STREAMDI_EXECUTOR_PARSE_BYTES=0`) on this home's embedded Spark Connect server, which the
+first one starts and later ones reuse, and build the same warehouse as Spark in the process does (every Delta table,
+every row: the jobs use only the DataFrame API)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from test_cli_run import cli, pg_snapshot
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REMOTE = {"STREAMDI_SPARK_REMOTE": "embedded"}
+PARSED_BY_SPARK = {"STREAMDI_EXECUTOR_PARSE_BYTES": "0", "STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES": str(64 << 10)}
 
 
 def _running(pid: int) -> bool:
@@ -43,13 +45,13 @@ def test_loads_on_the_embedded_server_equal_loads_with_spark_in_the_process(home
     assert made.returncode == 0, made.stderr
 
     for batch in (1, 2):
-        ran = cli(local, "load", "--data", str(data), "--batch", str(batch))
+        ran = cli(local, "load", "--data", str(data), "--batch", str(batch), extra_env=PARSED_BY_SPARK)
         assert ran.returncode == 0, ran.stdout + ran.stderr
-    first = cli(remote, "load", "--data", str(data), "--batch", "1", extra_env=REMOTE)
+    first = cli(remote, "load", "--data", str(data), "--batch", "1", extra_env={**REMOTE, **PARSED_BY_SPARK})
     assert first.returncode == 0, first.stdout + first.stderr
     state = json.loads((remote / "spark-connect" / "server.json").read_text())
     assert _running(state["pid"])  # the server outlives the process that started it
-    second = cli(remote, "load", "--data", str(data), "--batch", "2", extra_env=REMOTE)
+    second = cli(remote, "load", "--data", str(data), "--batch", "2", extra_env={**REMOTE, **PARSED_BY_SPARK})
     assert second.returncode == 0, second.stdout + second.stderr
     assert json.loads((remote / "spark-connect" / "server.json").read_text()) == state  # reused, not restarted
     assert not (local / "spark-connect").exists()

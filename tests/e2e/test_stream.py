@@ -239,9 +239,9 @@ def test_a_missing_part_is_held_then_cut_past_its_grace_and_said_in_dimessages(d
 
 def test_the_driver_jvm_killed_under_the_stream_starts_again_and_the_stream_goes_on(data, reference, tmp_path):
     """The service's driver JVM is killed with SIGKILL (as the kernel's out-of-memory killer does) in the middle of
-    Batch1's T1, the step that runs Spark jobs (paused right after its DimCompany commit): the run fails, the service
-    says that the JVM exited and how, starts a new JVM on the retry, and ends with the warehouse of `streamdi load`
-    of Batch1 and Batch2."""
+    Batch1's stage, its sources parsed by Spark's executors (paused right after the first staging commit,
+    BatchDate's, with the larger sources still to parse): the run fails, the service says that the JVM exited and
+    how, starts a new JVM on the retry, and ends with the warehouse of `streamdi load` of Batch1 and Batch2."""
     expected, _, _ = reference
     home = tmp_path / "home"
     home.mkdir()
@@ -250,7 +250,11 @@ def test_the_driver_jvm_killed_under_the_stream_starts_again_and_the_stream_goes
         home,
         "--idle-exit",
         "4",
-        env={"STREAMDI_FAULT_AT": "lake.after_commit:T1/dimcompany", "STREAMDI_FAULT_PAUSE": str(paused)},
+        env={
+            **env_for(home, executors=True),
+            "STREAMDI_FAULT_AT": "lake.after_commit:stage/cashtransaction",
+            "STREAMDI_FAULT_PAUSE": str(paused),
+        },
     )
     try:
         wait_running(home, service)
