@@ -525,12 +525,14 @@ def test_read_reuses_the_dataframe_of_unchanged_files_and_never_serves_a_stale_s
 # -- other readers, protocol, drift ----------------------------------------------------------------------
 
 
+# The child leaves with os._exit once its output is out, as the CLI does (`streamdi.run.cli.main`): delta-rs's threads
+# can abort an interpreter's shutdown ("terminate called without an active exception", SIGABRT) after all work is done.
 READ_IN_FRESH_PROCESS = (
-    "import json, sys; from pathlib import Path; "
+    "import json, os, sys; from pathlib import Path; "
     f"sys.path.insert(0, {str(HERE)!r}); import test_lake as t; "
     "from streamdi.lake import Lake; "
     "rows = Lake(Path(sys.argv[1])).read_arrow(t.lake_table(sys.argv[2])).to_pylist(); "
-    "print(json.dumps(rows, default=str))"
+    "print(json.dumps(rows, default=str)); sys.stdout.flush(); os._exit(0)"
 )
 
 
@@ -617,9 +619,9 @@ def child_append_crash_rows(root: str, name: str) -> None:
     print(json.dumps({"committed": result.committed, "table_version": result.table_version, "rows": result.rows}))
 
 
-APPEND_IN_CHILD = (
-    f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_lake as t; "
-    "t.child_append_crash_rows(sys.argv[1], sys.argv[2])"
+APPEND_IN_CHILD = (  # leaves with os._exit, as READ_IN_FRESH_PROCESS does
+    f"import os, sys; sys.path.insert(0, {str(HERE)!r}); import test_lake as t; "
+    "t.child_append_crash_rows(sys.argv[1], sys.argv[2]); sys.stdout.flush(); os._exit(0)"
 )
 
 
@@ -707,8 +709,9 @@ def test_compact_merges_small_files_and_keeps_rows_transactions_history_and_chan
     assert lake.version(table) == compaction.table_version
 
 
-COMPACT_IN_CHILD = (
-    "import sys; from pathlib import Path; from streamdi.lake import Lake; print(Lake(Path(sys.argv[1])).compact(2))"
+COMPACT_IN_CHILD = (  # leaves with os._exit, as READ_IN_FRESH_PROCESS does
+    "import os, sys; from pathlib import Path; from streamdi.lake import Lake; "
+    "print(Lake(Path(sys.argv[1])).compact(2)); sys.stdout.flush(); os._exit(0)"
 )
 
 
