@@ -44,3 +44,37 @@ def test_a_deferred_module_runs_on_first_use_and_serves_the_expectation_that_nee
         """
     )
     assert got == {"entropy": 0.0, "kind": "module", "same": True}
+
+
+def test_the_engines_packages_are_kept_from_the_import_and_import_as_usual_afterwards():
+    got = _run(
+        """
+        import json, sys
+        from streamdi import quality
+        quality.validator()
+        kept = sorted(m for m in ("pyspark.ml", "pyspark.sql.connect", "sqlalchemy") if m in sys.modules)
+        finders = [type(f).__name__ for f in sys.meta_path]
+        import pyspark.ml.feature, sqlalchemy  # nothing was recorded as missing
+        from great_expectations.compatibility import pyspark as gx_pyspark, sqlalchemy as gx_sqlalchemy
+        print(json.dumps({"kept": kept, "finders": finders, "later": sqlalchemy.__name__,
+                          "gx_sees": [type(gx_pyspark.Bucketizer).__name__, type(gx_sqlalchemy.sqlalchemy).__name__]}))
+        """
+    )
+    assert got["kept"] == []
+    assert "_KeepingOut" not in got["finders"]
+    assert got["later"] == "sqlalchemy"
+    assert got["gx_sees"] == ["NotImported", "NotImported"]  # Great Expectations took them for missing packages
+
+
+def test_a_package_imported_before_great_expectations_is_not_kept_from_it():
+    got = _run(
+        """
+        import json
+        import sqlalchemy
+        from streamdi.gx_import import import_great_expectations
+        import_great_expectations()
+        from great_expectations.compatibility import sqlalchemy as gx_sqlalchemy
+        print(json.dumps({"gx_sees": gx_sqlalchemy.sqlalchemy is sqlalchemy}))
+        """
+    )
+    assert got == {"gx_sees": True}
