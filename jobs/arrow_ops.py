@@ -57,6 +57,12 @@ def same_as_previous(data: pa.Table, keys: Sequence[str]) -> np.ndarray:
     return same
 
 
+def same_as_next(data: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Row i: whether row i + 1 equals row i in every one of `keys`; the last row is False (so `~same_as_next` marks
+    the last row of each group of sorted rows)."""
+    return np.append(same_as_previous(data, keys)[1:], False) if data.num_rows else np.zeros(0, bool)
+
+
 def equal_or_both_null(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Element-wise: equal values, or both NULL (as a numpy bool array)."""
     eq = pc.fill_null(pc.equal(a, b), False)

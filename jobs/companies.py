@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.arrow_ops import column, lookup, sort
+from jobs.arrow_ops import column, lookup, same_as_previous, sort
+from jobs.fields import join
 from jobs.finwire_records import (
     INVALID_SP_RATING,
     MISSING_FIELD,
@@ -37,13 +38,11 @@ from jobs.finwire_records import (
     UNKNOWN_INDUSTRY,
     UNKNOWN_STATUS,
     first_reason,
-    join_text,
     lineage,
     missing_required,
     rejection_alerts,
-    text,
 )
-from jobs.messages import ALERT, ALERT_COLUMNS
+from jobs.messages import alert_rows
 from jobs.scd2 import DAY_SLOTS
 from jobs.scd2_arrow import build_versions, surrogate_keys
 from schemas import warehouse as wh
@@ -80,17 +79,17 @@ def company_reference(cik: pa.Array | pa.ChunkedArray, name: pa.Array | pa.Chunk
     `company_references`."""
     by_name = pc.if_else(pc.match_substring_regex(name, _CIK_PATTERN), name, pa.scalar(None, name.type))
     as_cik = pc.coalesce(cik, by_name)
-    return pc.if_else(pc.is_valid(as_cik), join_text("C", pc.cast(as_cik, pa.int64())), join_text("N", name))
+    return pc.if_else(pc.is_valid(as_cik), join("C", pc.cast(as_cik, pa.int64())), join("N", name))
 
 
 def cik_references(companyid: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The reference `C<CIK>` of each CIK."""
-    return join_text("C", companyid)
+    return join("C", companyid)
 
 
 def name_references(name: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The reference `N<name>` of each company name."""
-    return join_text("N", name)
+    return join("N", name)
 
 
 def company_references(companies: pa.Table) -> pa.Table:
@@ -121,10 +120,7 @@ def resolve_company(records: pa.Table, references: pa.Table) -> tuple[pa.Array, 
     pairs = asked.join(references.cast(references.schema.set(0, pa.field("_ref", STRING))), "_ref", join_type="inner")
     valid = pc.and_(pc.less_equal(pairs["effectivedate"], pairs["_day"]), pc.less(pairs["_day"], pairs["enddate"]))
     pairs = sort(pairs.filter(valid), ["_row", "companyid"])
-    rows = np.asarray(column(pairs, "_row"), dtype=np.int64)
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = rows[1:] != rows[:-1]
-    chosen = pairs.filter(pa.array(first))
+    chosen = pairs.filter(pa.array(~same_as_previous(pairs, ["_row"]), pa.bool_()))
     index = np.full(n, -1, dtype=np.int64)
     index[np.asarray(column(chosen, "_row"), dtype=np.int64)] = np.arange(chosen.num_rows)
     found = index >= 0
@@ -133,7 +129,7 @@ def resolve_company(records: pa.Table, references: pa.Table) -> tuple[pa.Array, 
 
 
 def unknown_company_detail(records: pa.Table) -> pa.Array:
-    return join_text("CO_NAME_OR_CIK = ", records["co_name_or_cik"], ", DAY = ", records["_pdate"])
+    return join("CO_NAME_OR_CIK = ", records["co_name_or_cik"], ", DAY = ", records["_pdate"])
 
 
 def references_to(cmp: pa.Table, ciks: pa.Array) -> pa.Array:
@@ -180,9 +176,9 @@ def company_changes(cmp: pa.Table, status_type: pa.Table, industry: pa.Table) ->
     missing = missing_required(wh.DIM_COMPANY, rows, ("companyid", *COMPANY_VALUES))
     reason, detail = first_reason(
         rows.num_rows,
-        (pc.is_null(rows["status"]), UNKNOWN_STATUS, join_text("ST_ID = ", pc.fill_null(st_id, ""))),
-        (pc.is_null(rows["industry"]), UNKNOWN_INDUSTRY, join_text("IN_ID = ", pc.fill_null(industry_id, ""))),
-        (pc.not_equal(missing, ""), MISSING_FIELD, join_text("FIELDS = ", missing)),
+        (pc.is_null(rows["status"]), UNKNOWN_STATUS, join("ST_ID = ", pc.fill_null(st_id, ""))),
+        (pc.is_null(rows["industry"]), UNKNOWN_INDUSTRY, join("IN_ID = ", pc.fill_null(industry_id, ""))),
+        (pc.not_equal(missing, ""), MISSING_FIELD, join("FIELDS = ", missing)),
     )
     return rows.append_column("_reason", reason).append_column("_detail", detail)
 
@@ -196,24 +192,20 @@ def company_versions(changes: pa.Table) -> pa.Table:
 
 
 def company_ident(companyid: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return join_text("CO_ID = ", companyid)
+    return join("CO_ID = ", companyid)
 
 
 def company_alerts(changes: pa.Table, versions: pa.Table) -> pa.Table:
     """Alerts of DimCompany: records left out (`rejection_alerts`) and rows with an invalid S&P rating."""
     source = SOURCE_OF[wh.DIM_COMPANY.name]
     invalid = versions.filter(pc.is_null(versions["sprating"]))
-    n = invalid.num_rows
-    data = join_text(company_ident(invalid["companyid"]), ", CO_SP_RATE = ", pc.fill_null(text(invalid["_sp_raw"]), ""))
-    rating = pa.table(
-        {
-            "batchid": invalid["batchid"].cast(pa.int32()),
-            "messagesource": pa.array([source] * n, STRING),
-            "messagetext": pa.array([INVALID_SP_RATING] * n, STRING),
-            "messagetype": pa.array([ALERT] * n, STRING),
-            "messagedata": data,
-            "messagekey": invalid["_rec"].cast(STRING),
-        },
-        schema=ALERT_COLUMNS,
+    rating = alert_rows(
+        column(invalid, "batchid"),
+        source=source,
+        text=INVALID_SP_RATING,
+        data=join(
+            company_ident(column(invalid, "companyid")), ", CO_SP_RATE = ", pc.fill_null(column(invalid, "_sp_raw"), "")
+        ),
+        key=column(invalid, "_rec"),
     )
     return pa.concat_tables([rejection_alerts(changes, source, company_ident(changes["companyid"])), rating])

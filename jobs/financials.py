@@ -11,19 +11,18 @@ rejection rules are in `jobs.finwire_records`.
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.arrow_ops import same_as_previous, sort
+from jobs.arrow_ops import same_as_next, sort
 from jobs.companies import company_reference, resolve_company, unknown_company_detail
+from jobs.fields import join
 from jobs.finwire_records import (
     MISSING_FIELD,
     ORDER,
     SOURCE_OF,
     UNKNOWN_COMPANY,
     first_reason,
-    join_text,
     lineage,
     missing_required,
     rejection_alerts,
@@ -66,7 +65,7 @@ def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
     missing = missing_required(wh.FINANCIAL, rows, FINANCIAL_VALUES)
     reason, detail = first_reason(
         rows.num_rows,
-        (pc.not_equal(missing, ""), MISSING_FIELD, join_text("FIELDS = ", missing)),
+        (pc.not_equal(missing, ""), MISSING_FIELD, join("FIELDS = ", missing)),
         (pc.is_null(companyid), UNKNOWN_COMPANY, unknown_company_detail(rows)),
     )
     return rows.append_column("_reason", reason).append_column("_detail", detail)
@@ -77,10 +76,9 @@ def financial_rows(records: pa.Table) -> pa.Table:
     loadable = records.filter(pc.is_null(records["_reason"]))
     group = ["_companyid", "fi_year", "fi_qtr"]
     ranked = sort(loadable, [*group, *ORDER])
-    last = np.append(same_as_previous(ranked, group)[1:], False) if ranked.num_rows else np.zeros(0, bool)
-    return ranked.filter(pa.array(~last)).select(list(wh.FINANCIAL.column_names))
+    return ranked.filter(pa.array(~same_as_next(ranked, group), pa.bool_())).select(list(wh.FINANCIAL.column_names))
 
 
 def financial_alerts(records: pa.Table) -> pa.Table:
-    ident = join_text("FI_YEAR = ", records["fi_year"], ", FI_QTR = ", records["fi_qtr"])
+    ident = join("FI_YEAR = ", records["fi_year"], ", FI_QTR = ", records["fi_qtr"])
     return rejection_alerts(records, SOURCE_OF[wh.FINANCIAL.name], ident)

@@ -18,11 +18,11 @@ the alerts of every recomputed record are replaced by the ones the recomputation
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.arrow_ops import column, sort
+from jobs.arrow_ops import column, same_as_next, sort
+from jobs.fields import join
 from jobs.messages import ALERT, ALERT_COLUMNS
 from schemas import warehouse as wh
 from schemas.model import Table
@@ -46,29 +46,7 @@ def latest_delivery(staged: pa.Table) -> pa.Table:
     """One row per (file, line): the one staged by the latest micro-batch (a file delivered again wins), in the
     order of file, line."""
     ordered = sort(staged, ["source_file", "line_no", "batch_id"])
-    n = ordered.num_rows
-    if n == 0:
-        return ordered
-    last = np.ones(n, dtype=bool)
-    same = pc.and_(
-        pc.equal(column(ordered, "source_file").slice(1), column(ordered, "source_file").slice(0, n - 1)),
-        pc.equal(column(ordered, "line_no").slice(1), column(ordered, "line_no").slice(0, n - 1)),
-    )
-    last[:-1] = ~np.asarray(same, dtype=bool)
-    return ordered.filter(pa.array(last))
-
-
-def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """`values` as strings (NULL stays NULL); dates as ISO days, numbers in decimal."""
-    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    return pc.cast(values, STRING)
-
-
-def join_text(*parts: str | pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The parts concatenated (literal strings and string arrays); NULL where any array part is NULL."""
-    return pc.binary_join_element_wise(
-        *[pa.scalar(p, STRING) if isinstance(p, str) else text(p) for p in parts], pa.scalar("", STRING)
-    )
+    return ordered.filter(pa.array(~same_as_next(ordered, ["source_file", "line_no"]), pa.bool_()))
 
 
 def lineage(records: pa.Table) -> dict[str, pa.Array]:
@@ -83,7 +61,7 @@ def lineage(records: pa.Table) -> dict[str, pa.Array]:
         "source_file": file,
         "line_no": line,
         "batch_id": column(records, "batch_id"),
-        "_rec": join_text(file, ":", line),
+        "_rec": join(file, ":", line),
     }
 
 
@@ -96,7 +74,7 @@ def missing_required(table: Table, rows: pa.Table, columns: tuple[str, ...]) -> 
     ]
     if not pieces:
         return pa.array([""] * rows.num_rows, STRING)
-    return pc.replace_substring_regex(join_text(*pieces), ",$", "")
+    return pc.replace_substring_regex(join(*pieces), ",$", "")
 
 
 def first_reason(n: int, *checks: tuple[pa.Array, str, pa.Array]) -> tuple[pa.Array, pa.Array]:
@@ -107,7 +85,7 @@ def first_reason(n: int, *checks: tuple[pa.Array, str, pa.Array]) -> tuple[pa.Ar
     for cond, why, info in reversed(checks):
         fails = pc.fill_null(cond, False)
         reason = pc.if_else(fails, pa.scalar(why, STRING), reason)
-        detail = pc.if_else(fails, text(info), detail)
+        detail = pc.if_else(fails, pc.cast(info, STRING), detail)
     return reason, detail
 
 
@@ -116,15 +94,15 @@ def rejection_alerts(records: pa.Table, source: str, ident: pa.Array) -> pa.Tabl
     `ident, detail` (the detail left out when NULL), key = the record, batch = the record's TPC-DI batch."""
     bad = pc.is_valid(records["_reason"])
     rows = records.filter(bad)
-    ident = text(ident).filter(bad)
-    detail = text(rows["_detail"])
+    ident = pc.cast(ident, STRING).filter(bad)
+    detail = pc.cast(rows["_detail"], STRING)
     return pa.table(
         {
             "batchid": rows["_batch"].cast(pa.int32()),
             "messagesource": pa.array([source] * rows.num_rows, STRING),
             "messagetext": rows["_reason"].cast(STRING),
             "messagetype": pa.array([ALERT] * rows.num_rows, STRING),
-            "messagedata": pc.if_else(pc.is_valid(detail), join_text(ident, ", ", detail), ident),
+            "messagedata": pc.if_else(pc.is_valid(detail), join(ident, ", ", detail), ident),
             "messagekey": rows["_rec"].cast(STRING),
         },
         schema=ALERT_COLUMNS,

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from jobs.arrow_ops import EPOCH, column, days, same_as_previous, sort
+from jobs.arrow_ops import EPOCH, column, days, same_as_next, same_as_previous, sort
 from jobs.scd2 import BATCH, DAY_SLOTS, END_OF_TIME, EPOCH_1900, TS, present_flag
 
 DAYS_1900 = (EPOCH_1900 - EPOCH).days  # days from 1970-01-01 to 1900-01-01 (negative)
@@ -92,9 +92,9 @@ def build_versions(changes: pa.Table, key: str, order: Sequence[str], values: Se
     )
     # the last change of each day makes the day's version
     by_day = sort(states, [key, "effectivedate", *order])
-    versions = by_day.filter(pa.array(~_same_as_next(by_day, [key, "effectivedate"]), pa.bool_()))
+    versions = by_day.filter(pa.array(~same_as_next(by_day, [key, "effectivedate"]), pa.bool_()))
     m = versions.num_rows
-    next_same_key = _same_as_next(versions, [key])
+    next_same_key = same_as_next(versions, [key])
     eff = column(versions, "effectivedate")
     following = pa.concat_arrays([eff.slice(1), pa.array([END_OF_TIME], pa.date32())]).slice(0, m)
     end = pc.if_else(pa.array(next_same_key, pa.bool_()), following, pa.scalar(END_OF_TIME, pa.date32()))
@@ -108,11 +108,6 @@ def build_versions(changes: pa.Table, key: str, order: Sequence[str], values: Se
             "batchid": column(versions, BATCH).cast(pa.int32()),
         }
     )
-
-
-def _same_as_next(data: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """Row i: whether row i + 1 equals row i in every one of `keys`; the last row is False."""
-    return np.append(same_as_previous(data, keys)[1:], False) if data.num_rows else np.zeros(0, bool)
 
 
 def has_problem(versions: pa.Table) -> pa.Array:

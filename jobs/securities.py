@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from jobs.arrow_ops import lookup, sort
 from jobs.companies import company_reference, resolve_company, unknown_company_detail
+from jobs.fields import join
 from jobs.finwire_records import (
     MISSING_FIELD,
     ORDER,
@@ -27,7 +28,6 @@ from jobs.finwire_records import (
     UNKNOWN_COMPANY,
     UNKNOWN_STATUS,
     first_reason,
-    join_text,
     lineage,
     missing_required,
     rejection_alerts,
@@ -72,8 +72,8 @@ def security_changes(sec: pa.Table, status_type: pa.Table, references: pa.Table)
     missing = missing_required(wh.DIM_SECURITY, rows, ("symbol", *SECURITY_VALUES))
     reason, detail = first_reason(
         rows.num_rows,
-        (pc.is_null(rows["status"]), UNKNOWN_STATUS, join_text("ST_ID = ", sec["status"])),
-        (pc.not_equal(missing, ""), MISSING_FIELD, join_text("FIELDS = ", missing)),
+        (pc.is_null(rows["status"]), UNKNOWN_STATUS, join("ST_ID = ", sec["status"])),
+        (pc.not_equal(missing, ""), MISSING_FIELD, join("FIELDS = ", missing)),
         (pc.is_null(companyid), UNKNOWN_COMPANY, unknown_company_detail(rows)),
     )
     return rows.append_column("_reason", reason).append_column("_detail", detail)
@@ -125,4 +125,4 @@ def split_by_company(versions: pa.Table, companies: pa.Table) -> pa.Table:
 
 
 def security_alerts(changes: pa.Table) -> pa.Table:
-    return rejection_alerts(changes, SOURCE_OF[wh.DIM_SECURITY.name], join_text("S_SYMB = ", changes["symbol"]))
+    return rejection_alerts(changes, SOURCE_OF[wh.DIM_SECURITY.name], join("S_SYMB = ", changes["symbol"]))

@@ -370,10 +370,6 @@ class Lake:
         """Arrow rows of `table` as a Spark DataFrame (`streamdi.spark.arrow_frame`), or `empty` when there are none."""
         return arrow_frame(self._spark(), data) if data.num_rows else self.empty(table)
 
-    def read_or_empty(self, table: Table) -> DataFrame:
-        """`read` of the latest snapshot, or `empty` when the table does not exist yet."""
-        return self.read(table) if self.exists(table) else self.empty(table)
-
     def read_arrow(self, table: Table, version: int | None = None) -> pa.Table:
         """The snapshot as an Arrow table, sorted by the declared order (for small tables and tests)."""
         data = self._delta(table, version).to_pyarrow_table()
