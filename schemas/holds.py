@@ -54,5 +54,6 @@ MARKET_SLICES = Table(
     order_by=("level", "block", "symbol"),
     # a new day changes the last block of each level: a micro-batch's MERGE rewrites those files, not the table
     file_bytes=1024 * 1024,
+    resident=True,  # T4 reads the slices of the micro-batch's securities, scattered over the table
     doc="Per-security slices of DailyMarket (highs and lows of aligned blocks of days) for the 52-week windows.",
 )

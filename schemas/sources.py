@@ -123,6 +123,8 @@ def _cdc(source: SourceFile) -> SourceFile:
             *source.columns,
         ),
         doc=f"Incremental {source.name}: {source.doc}".strip(),
+        # a micro-batch appends to it and the next looks up earlier records by key: held in a warm process
+        resident=True,
     )
 
 

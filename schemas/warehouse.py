@@ -360,6 +360,7 @@ FACT_WATCHES = Table(
     order_by=("placed", "customerid", "symbol"),
     file_bytes=1024 * 1024,
     pg_indexes=(("sk_customerid",), ("sk_securityid",)),
+    resident=True,  # T4 reads the watches of the micro-batch's customers, scattered over the table
     doc="Securities on customers' watch lists: one row per ACTV record, removed by the CNCL that follows it.",
 )
 

@@ -41,10 +41,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame, SparkSession
@@ -83,6 +85,7 @@ SCRATCH_DIR = "_streamdi_executor_writes"
 
 
 DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse (`Lake._dataset`)
+RESIDENT_FILES_KEPT = 100_000  # data files of resident tables held in memory (bounded by their bytes in practice)
 MIB = 1024 * 1024
 RESIDENT_BYTES = 1024 * MIB  # default memory for the whole snapshots of resident tables (`Lake._whole`)
 ARROW_PER_PARQUET = 5  # a snapshot in Arrow takes up to about this many times its Parquet files (staged trades: 4.2)
@@ -133,10 +136,17 @@ class Lake:
         self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
         self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
-        # (path, first commit, version) -> whole snapshot of a resident table, and the seconds its reads from files took
-        self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT, budget=resident_bytes, weigh=lambda t: t.nbytes)
+        # Resident tables (`_whole`): the rows of each data file held, (path, first commit, file) -> rows, within
+        # `resident_bytes`; the snapshot last put together from them, (path, first commit, version) -> rows; and the
+        # seconds reads from a table's files have taken since (path, first commit) -> seconds
+        self._file_rows: Kept[pa.Table] = Kept(RESIDENT_FILES_KEPT, budget=resident_bytes, weigh=lambda t: t.nbytes)
+        self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT)
         self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)
         self._whole_read_rate = whole_read_rate
+        # Called before every commit while set (`gated`): a transform holds the commits of a step until the quality
+        # checks of the steps before it have passed; the thread that runs those checks commits freely (`ungated`).
+        self._gate: Callable[[], None] | None = None
+        self._ungated = threading.local()
 
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
@@ -153,8 +163,33 @@ class Lake:
             return True
         return log_dir.is_dir() and DeltaTable.is_deltatable(str(self.path(table)))
 
+    @contextmanager
+    def gated(self, gate: Callable[[], None]) -> Iterator[None]:
+        """Within: every commit (a table's creation included), from any thread but an `ungated` one, first calls
+        `gate`, which waits for what must come first and raises to refuse the commit."""
+        self._gate = gate
+        try:
+            yield
+        finally:
+            self._gate = None
+
+    @contextmanager
+    def ungated(self) -> Iterator[None]:
+        """Within, in this thread: commits do not wait for the `gated` gate."""
+        self._ungated.on = True
+        try:
+            yield
+        finally:
+            self._ungated.on = False
+
+    def _pass_gate(self) -> None:
+        gate = self._gate
+        if gate is not None and not getattr(self._ungated, "on", False):
+            gate()
+
     def ensure_table(self, table: Table) -> None:
         """Create `table` (empty, declared schema, change feed on) unless it exists; check the schema if it does."""
+        self._pass_gate()
         if self.exists(table):
             self._check_schema(table, self._delta(table))
             return
@@ -250,47 +285,68 @@ class Lake:
 
     def _whole(self, table: Table, delta: DeltaTable) -> pa.Table | None:
         """The whole snapshot of a `Table.resident` table in memory (declared types), or None: a table not
-        resident, a snapshot larger than the memory left for them, or a version whose reads from its files have not
-        yet cost what reading it whole would (its Parquet bytes at `whole_read_rate`). That rule holds
-        a version once holding it has paid for itself, and never costs more than twice the better choice: a warm
-        process that looks the staged history up by scattered keys in every micro-batch (85-250 ms a read for the
-        staged trades at SF 6) holds it after a few reads and then filters it in ~10 ms, while a one-shot `streamdi
-        load` of an incremental batch, whose few reads skip most row groups (~6 ms each at SF 3), never pays the
-        whole read (~0.8 s for the staged tables at SF 3). A Delta data file never changes, so a version's rows
-        never do."""
+        resident, a snapshot larger than the memory left for them, or a table none of whose files is held yet and
+        whose reads from its files have not yet cost what reading it whole would (its Parquet bytes at
+        `whole_read_rate`). That rule holds a table once holding it has paid for itself, and never costs more than
+        twice the better choice: a warm process that looks the staged history up by scattered keys in every
+        micro-batch (85-250 ms a read for the staged trades at SF 6) holds it after a few reads and then filters it
+        in ~10 ms, while a one-shot `streamdi load` of an incremental batch, whose few reads skip most row groups
+        (~6 ms each at SF 3), never pays the whole read (~0.8 s for the staged tables at SF 3).
+
+        A Delta data file never changes, so its rows are held per file: a new version of a held table (an append,
+        a MERGE) is put together from the files held and reads only the files its commits added, and the files its
+        commits removed are let go. A table that changes in every micro-batch (a change feed's staged rows, the live
+        windows) is then read whole once, not at each version."""
         key = self._resident_key(table, delta)
         if key is None:
             return None
         whole = self._wholes.get(key)
         if whole is not None:
             return whole
-        # held only where it fits beside the other tables held (an older version of its own makes way): tables
-        # that do not fit are read from their files, rather than pushing each other out at every micro-batch
-        on_disk = sum(delta.get_add_actions(flatten=True).column("size_bytes").to_pylist())
-        if (self._disk_seconds.get(key) or 0.0) < on_disk / self._whole_read_rate:
-            return None
-        others = self._wholes.weight_where(lambda kept: kept[0] != key[0])
-        if on_disk * ARROW_PER_PARQUET > (self._wholes.budget or 0) - others:
+        path, stamp, _ = key
+        actions = pa.table(delta.get_add_actions(flatten=True))
+        files = [unquote(f) for f in actions["path"].to_pylist()] if actions.num_rows else []
+        sizes = dict(zip(files, actions["size_bytes"].to_pylist() if actions.num_rows else [], strict=True))
+        held = {f: self._file_rows.get((path, stamp, f)) for f in files}
+        missing = sum(sizes[f] for f, rows in held.items() if rows is None)
+        paid = self._disk_seconds.get((path, stamp)) or 0.0
+        if missing and all(rows is None for rows in held.values()) and paid < missing / self._whole_read_rate:
+            return None  # nothing held yet: only once reads from its files have cost what the whole read will
+        # held only where it fits beside the other tables held (its own files that a commit removed make way):
+        # tables that do not fit are read from their files, rather than pushing each other out at every micro-batch
+        others = self._file_rows.weight_where(lambda kept: kept[:2] != (path, stamp))
+        if sum(sizes.values()) * ARROW_PER_PARQUET > (self._file_rows.budget or 0) - others:
             return None
         schema = table.arrow_schema()
-        whole = self._dataset(table, delta).to_table(columns=table.column_names).select(table.column_names)
-        self._wholes.drop_where(lambda kept: kept[0] == key[0])  # an older version is rarely read again
-        return self._wholes.put(key, whole.cast(schema).combine_chunks())
+        parts = [
+            rows if rows is not None else self._file_rows.put((path, stamp, f), self._file_whole(path / f, schema))
+            for f, rows in held.items()
+        ]
+        current = set(files)
+        self._file_rows.drop_where(lambda kept: kept[0] == path and (kept[1] != stamp or kept[2] not in current))
+        self._wholes.drop_where(lambda kept: kept[0] == path)  # an older version is rarely read again
+        self._disk_seconds.drop_where(lambda kept: kept == (path, stamp))
+        return self._wholes.put(key, pa.concat_tables(parts) if parts else schema.empty_table())
+
+    @staticmethod
+    def _file_whole(file: Path, schema: pa.Schema) -> pa.Table:
+        """Every row of one data file in `schema` (delta-rs's MERGE writes strings as `string_view`)."""
+        return pq.read_table(file, columns=schema.names).select(schema.names).cast(schema).combine_chunks()
 
     def _from_files(self, table: Table, delta: DeltaTable, read: Callable[[], pa.Table]) -> pa.Table:
-        """`read()` of `delta`'s files; for a resident table its time counts towards holding the version (`_whole`)."""
+        """`read()` of `delta`'s files; for a resident table its time counts towards holding it (`_whole`)."""
         started = time.perf_counter()
         rows = read()
         key = self._resident_key(table, delta)
         if key is not None:
             seconds = time.perf_counter() - started
-            self._disk_seconds.put(key, (self._disk_seconds.get(key) or 0.0) + seconds)
+            self._disk_seconds.put(key[:2], (self._disk_seconds.get(key[:2]) or 0.0) + seconds)
         return rows
 
     def _resident_key(self, table: Table, delta: DeltaTable) -> tuple[Path, tuple[int, int], int] | None:
         """(path, first commit, version) of a resident table while resident tables may be held, else None: one
         table version, also across a table removed and created again."""
-        if not table.resident or self._wholes.budget == 0:
+        if not table.resident or self._file_rows.budget == 0:
             return None
         path = self.path(table)
         stamp = _first_commit_stamp(path)
@@ -498,7 +554,8 @@ class Lake:
         """The exactly-once commit both write paths share: under the table's lock, skip a recorded `(app_id,
         version)`; otherwise `place` whatever must exist before the commit (the executors' files; returns the rows),
         then `write` the commit with the app transaction, with the fault points around it and a full disk reported
-        as `LakeDiskFull`."""
+        as `LakeDiskFull`. A `gated` commit first passes the gate."""
+        self._pass_gate()
         with self.lock(table.qualified_name):
             # one handle for the whole check-then-commit (caught up with every commit made before the lock was
             # taken), brought up to date after each write with the commits it made

@@ -988,8 +988,8 @@ def restore_files(lake: Lake, table: Table, away: Path) -> None:
 def test_a_resident_table_is_filtered_in_memory_once_its_reads_cost_a_whole_read(tmp_path):
     """`Table.resident`: a version is read from its files until those reads have cost what a whole read would (a
     small table: after its first read); then the whole snapshot is held in memory and filtered there (the same
-    rows, the declared types; proven with the data files moved away). A new version, from any writer, or the table
-    created again at the same version number, is read from the files."""
+    rows, the declared types; proven with the data files moved away). A new version, from any writer, has its new
+    rows; the table created again at the same version number is read from its own files."""
     lake, other = Lake(tmp_path / "lake"), Lake(tmp_path / "lake")
     table = resident_table("resident")
     away = tmp_path / "away"
@@ -1017,6 +1017,39 @@ def test_a_resident_table_is_filtered_in_memory_once_its_reads_cost_a_whole_read
     other.append(table, arrow_rows(table, [row(7)]), app_id="a", version=1)
     other.append(table, arrow_rows(table, [row(8)]), app_id="a", version=2)
     assert lake.read_where(table, pc.field("id") >= 0, ["id"]).sort_by("id")["id"].to_pylist() == [7, 8]
+
+
+def test_a_held_table_reads_only_the_files_a_new_version_adds_and_lets_the_removed_ones_go(tmp_path):
+    """A held resident table is held per data file: a new version (an append by another writer) reads only the file
+    it added (proven with the older files moved away), and a MERGE's version puts the rows of the files it wrote
+    beside those of the files it left alone, without the rows of the files it removed."""
+    lake, other = Lake(tmp_path / "lake"), Lake(tmp_path / "lake")
+    table = resident_table("held_per_file")
+    away = tmp_path / "away"
+    other.append(table, arrow_rows(table, [row(i) for i in range(50)]), app_id="a", version=1)
+    other.append(table, arrow_rows(table, [row(i) for i in range(50, 100)]), app_id="a", version=2)
+    for _ in range(2):  # from its files, then held
+        assert lake.read_where(table, pc.field("id") == 3, ["id"])["id"].to_pylist() == [3]
+
+    hide_files(lake, table, away)
+    other.append(table, arrow_rows(table, [row(100), row(101)]), app_id="a", version=3)
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == list(range(102))
+    assert lake.read_where(table, pc.field("id") >= 99, ["id", "name"]).sort_by("id").to_pylist() == [
+        {"id": 99, "name": "name-99"},
+        {"id": 100, "name": "name-100"},
+        {"id": 101, "name": "name-101"},
+    ]
+
+    restore_files(lake, table, away)
+    other.upsert(table, arrow_rows(table, [row(7, name="changed"), row(102)]), app_id="b", version=4)
+    got = lake.read_where(table, pc.field("id").isin([6, 7, 8, 102]), ["id", "name"]).sort_by("id").to_pylist()
+    assert got == [
+        {"id": 6, "name": "name-6"},
+        {"id": 7, "name": "changed"},
+        {"id": 8, "name": "name-8"},
+        {"id": 102, "name": "name-102"},
+    ]
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == list(range(103))
 
 
 def test_a_resident_table_whose_reads_cost_less_than_a_whole_read_stays_on_disk(tmp_path):
