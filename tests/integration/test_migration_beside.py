@@ -175,8 +175,8 @@ def test_progress_waits_end_when_the_transform_is_done_or_abandoned():
 
 
 def test_a_compaction_after_a_table_landed_adds_no_second_change_and_the_next_batch_migrates_on(batch1, target):
-    """The transform compacts the lake after its last step (`compact_job`): a commit without data to a table the
-    migration already landed. It is not landed as an empty second change; the next migration takes it."""
+    """A compaction (`compact_job`) while the migration is open: a commit without data to a table the migration
+    already landed. It is not landed as an empty second change; the next migration takes it."""
     stream = batch1
     batch_id = started_batch(stream)
     progress = TransformProgress()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import threading
+import time
+from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
 
-from jobs import transform
+from jobs import transform, validate
 from jobs.transform import STEPS, Step, waves
+from schemas.model import Column, Table
+from streamdi.lake import Lake
 
 
 def test_the_declared_steps_run_in_five_waves_with_t1_and_t2_and_then_t3_and_t4_together():
@@ -19,7 +24,7 @@ def test_an_unsatisfiable_dependency_is_refused():
         waves((Step("A", lambda c, s: {}, after=("B",)), Step("B", lambda c, s: {}, after=("A",))))
 
 
-def test_steps_of_one_wave_run_at_the_same_time_and_waves_in_order(monkeypatch):
+def test_steps_of_one_wave_run_at_the_same_time_and_waves_in_order(monkeypatch, tmp_path):
     """T1 and T2 each wait at a barrier for the other, and so do T3 and T4: the run only ends if they overlap."""
     barriers = {"T1": threading.Barrier(2, timeout=10), "T3": threading.Barrier(2, timeout=10)}
     barriers["T2"], barriers["T4"] = barriers["T1"], barriers["T3"]
@@ -37,14 +42,14 @@ def test_steps_of_one_wave_run_at_the_same_time_and_waves_in_order(monkeypatch):
     fake = tuple(Step(s.name, step(s.name), s.after) for s in STEPS)
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
-    report = transform.run(None, 7)
+    report = transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7)
     assert order[0] == "T0" and sorted(order[1:3]) == ["T1", "T2"]
     assert sorted(order[3:5]) == ["T3", "T4"] and order[5:] == ["AG", "DM"]
     assert report.rows == {"T0": 1, "T1": 1, "T2": 1, "T3": 1, "T4": 1, "AG": 1, "DM": 1}
     assert list(report.seconds) == ["T0", "T1", "T2", "T3", "T4", "AG", "DM"]
 
 
-def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch):
+def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch, tmp_path):
     ran: list[str] = []
 
     def ok(name):
@@ -57,7 +62,7 @@ def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch):
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     with pytest.raises(RuntimeError, match="T1 broke"):
-        transform.run(None, 7)
+        transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7)
     assert ran == ["T0", "T2"]  # T2 (same wave) finished; T3, T4, AG and DM never started
 
 
@@ -76,3 +81,40 @@ def test_each_migrated_table_is_declared_final_by_at_most_one_step_and_dimessage
     declared = [t.qualified_name for s in STEPS for t in s.final]
     assert len(declared) == len(set(declared))
     assert set(declared) == {t.qualified_name for t in WAREHOUSE_TABLES} - {DI_MESSAGES.qualified_name}
+
+
+def test_a_steps_checks_run_beside_the_next_wave_whose_commits_wait_for_them_and_stop_at_a_halt(monkeypatch, tmp_path):
+    """T2's checks take a while and fail a halt check: T3 and T4 start meanwhile (they read and compute), but their
+    commits wait for the checks and are refused, so nothing of theirs is written; AG and DM never start."""
+    lake = Lake(tmp_path)
+    target = Table(name="t3_output", layer="warehouse", columns=(Column("id", "int", False),), key=("id",))
+    started: list[str] = []
+    checking = threading.Event()
+
+    def step(name: str):
+        def run(ctx, _scope):
+            started.append(name)
+            if name == "T3":
+                assert checking.wait(10)  # T2's checks are running: T3 overlaps them
+                ctx.lake.append(target, pa.table({"id": pa.array([1], pa.int32())}), app_id="T3/x", version=7)
+            return {name: 1}
+
+        return run
+
+    def checks(_ctx, _batch, step, attempt=0):
+        found = validate.StepChecks(step)
+        if step == "T2":
+            checking.set()
+            time.sleep(0.3)
+            found.halts.append("warehouse.dimcustomer: check one_current_version_per_customer failed")
+        return found
+
+    fake = tuple(Step(s.name, step(s.name), s.after, checked=s.checked, reads_checks=s.reads_checks) for s in STEPS)
+    monkeypatch.setattr(transform, "STEPS", fake)
+    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
+    monkeypatch.setattr(validate, "validate_step", checks)
+    report = transform.run(SimpleNamespace(lake=lake), 7)
+    assert report.halts == ["warehouse.dimcustomer: check one_current_version_per_customer failed"]
+    assert sorted(started) == ["T0", "T1", "T2", "T3", "T4"]
+    assert not lake.exists(target)  # T3's commit (the table's creation included) was refused
+    assert sorted(report.rows) == ["T0", "T1", "T2"]
