@@ -24,7 +24,9 @@ the micro-batch carries, 24 `Validation` rows per batch (`VALIDATION_MESSAGES`):
   (FactWatches: watches with a removal date);
 - one `PCR` row: source "Phase Complete Record", text "Batch Complete", no data.
 `messagekey` is the message text, so each (batch, source, type, text) exists once. The counts are made in the
-driver from Delta metadata and narrow delta-rs reads of the key columns (`_counts`), without a Spark job.
+driver from Delta metadata and narrow delta-rs reads of the key columns (`validation_counts`), without a Spark job;
+the joined counts data file by data file, each file's figure kept while no dimension key has gone
+(`joined_count`), so a warm process counts the files a micro-batch wrote, not every fact row again.
 
 Decisions where the spec is silent (it runs the query once after a whole batch):
 - A dripped TPC-DI batch spans many micro-batches: each one upserts the rows of its TPC-DI batch with the
@@ -47,8 +49,10 @@ TPC-DI batch gives the same single row whatever the split (the counts per micro-
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +63,7 @@ from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from schemas.warehouse import DI_MESSAGES
 from streamdi.context import JobContext
+from streamdi.lake import Lake
 
 ALERT = "Alert"
 STATUS = "Status"
@@ -264,14 +269,61 @@ def joined_rows(facts: pa.Table, lookups: Sequence[Lookup], keys: Mapping[tuple[
     """How many rows of `facts` (holding the `lookups` columns) the validation query's inner joins keep: rows whose
     every lookup column holds a key of `keys[(dimension name, key column)]` (the dimension's keys; for a join
     through the account's broker, the accounts whose broker exists). NULL never joins."""
+    kept = _joined(facts, lookups, keys)
+    if kept is None:
+        return facts.num_rows
+    return int(pc.sum(kept.cast(pa.int64())).as_py() or 0)
+
+
+def _joined(facts: pa.Table, lookups: Sequence[Lookup], keys: Mapping[tuple[str, str], pa.Array]) -> pa.Array | None:
+    """Per row of `facts`, whether every lookup joins (`joined_rows`); None without lookups."""
     kept = None
     for lookup in lookups:
         found = pc.is_in(facts[lookup.column], value_set=keys[(lookup.dimension.name, lookup.key)])
         found = pc.fill_null(found, False)
         kept = found if kept is None else pc.and_(kept, found)
-    if kept is None:
-        return facts.num_rows
-    return int(pc.sum(kept.cast(pa.int64())).as_py() or 0)
+    return kept
+
+
+# Per lake: the dimension keys the joined counts last saw, and how many times one of them has gone since.
+_SEEN: dict[Path, tuple[int, dict[tuple[str, str], pa.Array]]] = {}
+_SEEN_LOCK = threading.Lock()
+
+
+def _keys_epoch(root: Path, keys: Mapping[tuple[str, str], pa.Array]) -> int:
+    """A number that changes whenever a key of `keys` is gone since the last call for the lake at `root` (a
+    dimension's keys only grow unless a recomputation drops a version): while it holds, a fact row that joined
+    still does, so a data file's count can be kept (`joined_count`)."""
+    with _SEEN_LOCK:
+        epoch, before = _SEEN.get(root, (0, {}))
+        lost = any(
+            ident not in keys or not pc.all(pc.is_in(old, value_set=keys[ident])).as_py()
+            for ident, old in before.items()
+        )
+        epoch += int(lost)
+        _SEEN[root] = (epoch, dict(keys))
+        return epoch
+
+
+def joined_count(
+    lake: Lake, table: Table, lookups: Sequence[Lookup], keys: Mapping[tuple[str, str], pa.Array], epoch: int
+) -> int:
+    """`joined_rows` of the whole table, file by file (`Lake.fold_files`): each data file's count of rows that join
+    and its rows that do not are kept while no dimension key has gone (`epoch`, from `_keys_epoch`), so a micro-batch
+    counts only the files it wrote (and looks again at the few rows that did not join: their keys may have come).
+    At SF 6 the four fact tables hold ~4.4 M rows, which the whole count read and probed at every micro-batch."""
+    columns = [lookup.column for lookup in lookups]
+
+    def fold(rows: pa.Table) -> tuple[int, pa.Table]:
+        kept = _joined(rows, lookups, keys)
+        if kept is None:
+            return rows.num_rows, rows.slice(0, 0)
+        return int(pc.sum(kept.cast(pa.int64())).as_py() or 0), rows.filter(pc.invert(kept))
+
+    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold)
+    left = [rows for _, rows in parts if rows.num_rows]
+    again = joined_rows(pa.concat_tables(left), lookups, keys) if left else 0
+    return sum(n for n, _ in parts) + again
 
 
 def validation_counts(ctx: JobContext) -> dict[tuple[str, str], int]:
@@ -299,11 +351,12 @@ def validation_counts(ctx: JobContext) -> dict[tuple[str, str], int]:
         accounts = lake.read_columns(wh.DIM_ACCOUNT, ["sk_accountid", "sk_brokerid"])
         brokered = pc.is_in(accounts["sk_brokerid"], value_set=column(wh.DIM_BROKER, "sk_brokerid"))
         with_broker[(wh.DIM_ACCOUNT.name, "sk_accountid")] = accounts.filter(brokered)["sk_accountid"].combine_chunks()
+    through_broker = (f"{wh.DIM_ACCOUNT.name} with a broker", "sk_accountid")
+    epoch = _keys_epoch(lake.root, {**keys, through_broker: with_broker[(wh.DIM_ACCOUNT.name, "sk_accountid")]})
     for source, table, lookups, through_account in JOINED:
         joined = 0
         if counts[(source, ROW_COUNT)]:
-            facts = lake.read_columns(table, [lookup.column for lookup in lookups])
-            joined = joined_rows(facts, lookups, with_broker if through_account else keys)
+            joined = joined_count(lake, table, lookups, with_broker if through_account else keys, epoch)
         counts[(source, ROW_COUNT_JOINED)] = joined
     inactive = 0
     if lake.exists(wh.DIM_CUSTOMER):

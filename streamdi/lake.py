@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -85,6 +86,7 @@ SCRATCH_DIR = "_streamdi_executor_writes"
 
 
 DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse (`Lake._dataset`)
+FOLDS_KEPT = 20_000  # per-file values of `Lake.fold_files` kept (a few per data file of the tables folded)
 RESIDENT_FILES_KEPT = 100_000  # data files of resident tables held in memory (bounded by their bytes in practice)
 MIB = 1024 * 1024
 RESIDENT_BYTES = 1024 * MIB  # default memory for the whole snapshots of resident tables (`Lake._whole`)
@@ -92,6 +94,7 @@ ARROW_PER_PARQUET = 5  # a snapshot in Arrow takes up to about this many times i
 # A whole snapshot reads at 50-360 MiB of Parquet a second (SF 3's staged tables; the trades, with their strings,
 # the slowest): the slowest rate prices a whole read of a resident table before it is held (`Lake._whole`).
 WHOLE_READ_BYTES_PER_SECOND = 50 * MIB
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class Lake:
         self._file_rows: Kept[pa.Table] = Kept(RESIDENT_FILES_KEPT, budget=resident_bytes, weigh=lambda t: t.nbytes)
         self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT)
         self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)
+        self._folds: Kept[object] = Kept(FOLDS_KEPT)  # (path, first commit, file, fold name) -> value (`fold_files`)
         self._whole_read_rate = whole_read_rate
         # Called before every commit while set (`gated`): a transform holds the commits of a step until the quality
         # checks of the steps before it have passed; the thread that runs those checks commits freely (`ungated`).
@@ -327,6 +331,28 @@ class Lake:
         self._wholes.drop_where(lambda kept: kept[0] == path)  # an older version is rarely read again
         self._disk_seconds.drop_where(lambda kept: kept == (path, stamp))
         return self._wholes.put(key, pa.concat_tables(parts) if parts else schema.empty_table())
+
+    def fold_files(self, table: Table, columns: list[str], name: str, fold: Callable[[pa.Table], V]) -> list[V]:
+        """`fold` of the rows (`columns`, declared types) of each data file of the table's latest snapshot, in the
+        snapshot's order of files. A Delta data file never changes, so each file's value is computed once and kept
+        under `name` while the file is in the snapshot: a table that grows by a few files a micro-batch costs the
+        new files only. `fold` must not return None; give a new `name` when what it computes changes."""
+        delta = self._delta(table)
+        path, stamp = self.path(table), _first_commit_stamp(self.path(table))
+        actions = pa.table(delta.get_add_actions(flatten=True))
+        files = [unquote(f) for f in actions["path"].to_pylist()] if actions.num_rows else []
+        schema = pa.schema([table.arrow_schema().field(c) for c in columns])
+        values = []
+        for f in files:
+            value = self._folds.get((path, stamp, f, name))
+            if value is None:
+                held = self._file_rows.get((path, stamp, f))  # a resident table's file already in memory
+                rows = held.select(columns) if held is not None else self._file_whole(path / f, schema)
+                value = self._folds.put((path, stamp, f, name), fold(rows))
+            values.append(value)
+        current = set(files)
+        self._folds.drop_where(lambda k: k[0] == path and k[3] == name and (k[1] != stamp or k[2] not in current))
+        return values
 
     @staticmethod
     def _file_whole(file: Path, schema: pa.Schema) -> pa.Table:

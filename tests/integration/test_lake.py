@@ -1052,6 +1052,27 @@ def test_a_held_table_reads_only_the_files_a_new_version_adds_and_lets_the_remov
     assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == list(range(103))
 
 
+def test_a_fold_over_files_computes_each_data_file_once_and_forgets_the_files_a_commit_removed(tmp_path):
+    """`Lake.fold_files`: one value per data file of the latest snapshot, each file's computed once per fold name; an
+    append computes its new file only; a MERGE's rewritten file is computed and the file it replaced is gone."""
+    lake = Lake(tmp_path / "lake")
+    table = lake_table("folded")
+    folded: list[int] = []
+
+    def total(rows: pa.Table) -> int:
+        folded.append(rows.num_rows)
+        return int(pc.sum(rows["id"]).as_py() or 0)
+
+    lake.append(table, arrow_rows(table, [row(i) for i in range(1, 4)]), app_id="a", version=1)
+    lake.append(table, arrow_rows(table, [row(10)]), app_id="a", version=2)
+    assert sorted(lake.fold_files(table, ["id"], "sum", total)) == [6, 10]
+    assert sorted(lake.fold_files(table, ["id"], "sum", total)) == [6, 10] and sorted(folded) == [1, 3]
+    lake.append(table, arrow_rows(table, [row(20)]), app_id="a", version=3)
+    assert sorted(lake.fold_files(table, ["id"], "sum", total)) == [6, 10, 20] and len(folded) == 3
+    lake.upsert(table, arrow_rows(table, [row(10, name="changed"), row(11)]), app_id="b", version=4)
+    assert sum(lake.fold_files(table, ["id"], "sum", total)) == 6 + 10 + 11 + 20
+
+
 def test_a_resident_table_whose_reads_cost_less_than_a_whole_read_stays_on_disk(tmp_path):
     """A one-shot process whose few reads skip most of a table never pays its whole read: priced at one byte a
     second, the whole read of this table costs more than any number of its filtered reads, so none is held (proven
