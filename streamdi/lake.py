@@ -193,10 +193,10 @@ class Lake:
 
     def ensure_table(self, table: Table) -> None:
         """Create `table` (empty, declared schema, change feed on) unless it exists; check the schema if it does."""
-        self._pass_gate()
         if self.exists(table):
             self._check_schema(table, self._delta(table))
             return
+        self._pass_gate()  # a creation is a commit; a look at an existing table is not
         path = self.path(table)
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.lock(table.qualified_name):
@@ -308,9 +308,8 @@ class Lake:
         if whole is not None:
             return whole
         path, stamp, _ = key
-        actions = pa.table(delta.get_add_actions(flatten=True))
-        files = [unquote(f) for f in actions["path"].to_pylist()] if actions.num_rows else []
-        sizes = dict(zip(files, actions["size_bytes"].to_pylist() if actions.num_rows else [], strict=True))
+        sizes = _data_files(delta)
+        files = list(sizes)
         held = {f: self._file_rows.get((path, stamp, f)) for f in files}
         missing = sum(sizes[f] for f, rows in held.items() if rows is None)
         paid = self._disk_seconds.get((path, stamp)) or 0.0
@@ -339,8 +338,7 @@ class Lake:
         new files only. `fold` must not return None; give a new `name` when what it computes changes."""
         delta = self._delta(table)
         path, stamp = self.path(table), _first_commit_stamp(self.path(table))
-        actions = pa.table(delta.get_add_actions(flatten=True))
-        files = [unquote(f) for f in actions["path"].to_pylist()] if actions.num_rows else []
+        files = list(_data_files(delta))
         schema = pa.schema([table.arrow_schema().field(c) for c in columns])
         values = []
         for f in files:
@@ -992,6 +990,14 @@ def _remove_scratch(scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     with contextlib.suppress(OSError):  # another commit's scratch is still there (or it is gone already)
         scratch.parent.rmdir()
+
+
+def _data_files(delta: DeltaTable) -> dict[str, int]:
+    """The snapshot's data files (paths relative to the table, decoded) and their sizes in bytes, in its order."""
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return {}
+    return dict(zip((unquote(f) for f in actions["path"].to_pylist()), actions["size_bytes"].to_pylist(), strict=True))
 
 
 def _first_commit_stamp(path: Path) -> tuple[int, int] | None:
