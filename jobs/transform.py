@@ -170,14 +170,16 @@ class Checks:
 
 
 def run(
-    ctx: JobContext, batch_id: int, *, attempt: int = 0, on_step: Callable[[str, float], None] | None = None
+    ctx: JobContext, batch_id: int, *, attempt: int = 0, on_committed: Callable[[str], None] | None = None
 ) -> TransformReport:
     """Run every step of micro-batch `batch_id` in dependency order: in waves of the steps whose dependencies
     are done, the steps of a wave at the same time. The warehouse suites of a wave's steps run beside the next
     wave (`Checks`), whose commits wait until they have passed; a step that reads the checks' results
     (`Step.reads_checks`: DM) starts after them. A failing step fails the run once its wave and the checks started
     have ended; a failed halt check stops it before any later commit (`report.halts`). `attempt` is the number of
-    times an operator resumed the micro-batch's transform. `on_step` hears of each step once its checks are done."""
+    times an operator resumed the micro-batch's transform. `on_committed` hears of each step as soon as it has
+    returned, its commits made, before its checks: a migration beside the transform lands its tables in the open
+    transaction while the suites run, and commits only after the whole transform (a halt rolls it back)."""
     scope = load_scope(ctx, batch_id)
     report = TransformReport(batch_id)
     checks = Checks(ctx, batch_id, attempt)
@@ -187,9 +189,12 @@ def run(
             if any(step.reads_checks for step in wave):
                 checks.wait()
             futures = [_step_pool().submit(_ran, ctx, scope, step) for step in wave]
+            if on_committed:  # each step as soon as it returns, while the rest of its wave runs
+                for step, future in zip(wave, futures, strict=True):
+                    future.add_done_callback(lambda f, name=step.name: f.exception() or on_committed(name))
             try:
                 if checking:  # the checks of the wave before, while this wave runs
-                    _record_checked(report, checking, on_step)
+                    _record_checked(report, checking)
                     checking = []
             finally:
                 wait(futures)  # the whole wave ends before a failure is raised
@@ -205,7 +210,7 @@ def run(
                 for s, (rows, secs) in zip(wave, done, strict=True)
             ]
         if checking and not report.halts:
-            _record_checked(report, checking, on_step)
+            _record_checked(report, checking)
     if report.halts:
         log.warning("micro-batch %s halted: %s", batch_id, report.halts)
     return report
@@ -217,18 +222,12 @@ def _ran(ctx: JobContext, scope: BatchScope, step: Step) -> tuple[dict[str, int]
     return rows, time.perf_counter() - started
 
 
-def _record_checked(
-    report: TransformReport,
-    checking: list[tuple[Step, dict[str, int], float, Future | None]],
-    on_step: Callable[[str, float], None] | None,
-) -> None:
+def _record_checked(report: TransformReport, checking: list[tuple[Step, dict[str, int], float, Future | None]]) -> None:
     """Record the steps of a wave once their checks are done (a step's seconds include its checks')."""
     for step, rows, seconds, future in checking:
         started = time.perf_counter()
         step_checks = future.result() if future is not None else None
         _record(report, step, (rows, step_checks, seconds + (time.perf_counter() - started)))
-        if on_step:
-            on_step(step.name, report.seconds[step.name])
 
 
 def run_step(ctx: JobContext, batch_id: int, name: str, *, attempt: int = 0) -> TransformReport:

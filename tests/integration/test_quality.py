@@ -200,6 +200,30 @@ def test_rows_that_pass_every_check_are_kept_whole(tmp_path):
     assert {o.action for o in checked.outcomes} == {"passed"}
 
 
+def test_validating_hashes_no_rows_for_a_fingerprint_nobody_reads(tmp_path, monkeypatch):
+    """Great Expectations' pandas engine fingerprints each batch by hashing every row unless told not to (its
+    `HASH_THRESHOLD`); the Validator turns that off. Should an upgrade rename the knob, the hash runs again and
+    this test says so."""
+    from great_expectations.execution_engine import pandas_execution_engine
+
+    def hashed(_frame):
+        raise AssertionError("a batch was hashed")
+
+    suite = load_suites(suites_in(tmp_path, staging__trade=TRADE_SUITE))["staging.trade"]
+    validator = Validator({suite.name: suite})
+    monkeypatch.setattr(pandas_execution_engine, "hash_pandas_dataframe", hashed)
+    rows = trade_rows((1, "CMPT", 10, "20.00"), (2, "XXXX", 0, "5.10"))
+
+    checked = validator.validate(suite, rows, batch_id=1)
+
+    assert [(o.check.id, o.action, o.unexpected_count) for o in checked.outcomes] == [
+        ("known_status", "quarantined", 1),
+        ("positive_quantity", "quarantined", 1),
+        ("sane_price", "passed", 0),
+        ("not_too_many", "passed", 0),
+    ]
+
+
 CONDITIONED = """
 table: staging.trade
 checks:

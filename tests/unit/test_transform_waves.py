@@ -118,3 +118,49 @@ def test_a_steps_checks_run_beside_the_next_wave_whose_commits_wait_for_them_and
     assert sorted(started) == ["T0", "T1", "T2", "T3", "T4"]
     assert not lake.exists(target)  # T3's commit (the table's creation included) was refused
     assert sorted(report.rows) == ["T0", "T1", "T2"]
+
+
+def test_a_step_is_reported_committed_as_soon_as_it_returns_before_its_checks_and_its_wave(monkeypatch, tmp_path):
+    """A migration beside the transform lands a step's tables once the step has committed them: T3 is reported while
+    T4 (same wave) still runs and before T3's own checks are done; a halt found by those checks afterwards still
+    stops the run (the migration then rolls back what it landed)."""
+    reported: list[str] = []
+    t4_may_end = threading.Event()
+    t3_checks_may_end = threading.Event()
+
+    def step(name: str):
+        def run(_ctx, _scope):
+            if name == "T4":
+                assert t4_may_end.wait(10)
+            return {name: 1}
+
+        return run
+
+    def on_committed(name: str) -> None:
+        reported.append(name)
+        if name == "T3":
+            assert "T4" not in reported  # T4 is still running
+            t4_may_end.set()
+
+    def checks(_ctx, _batch, step, attempt=0):
+        found = validate.StepChecks(step)
+        if step == "T3":
+            assert t3_checks_may_end.wait(10)
+            found.halts.append("warehouse.dimtrade: check one_row_per_trade failed")
+        return found
+
+    def on_t4(name: str) -> None:
+        on_committed(name)
+        if name == "T4":
+            assert "T3" in reported
+            t3_checks_may_end.set()  # T3 and T4 were both reported while T3's checks were still running
+
+    fake = tuple(Step(s.name, step(s.name), s.after, checked=s.checked, reads_checks=s.reads_checks) for s in STEPS)
+    monkeypatch.setattr(transform, "STEPS", fake)
+    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
+    monkeypatch.setattr(validate, "validate_step", checks)
+    report = transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7, on_committed=on_t4)
+    assert report.halts == ["warehouse.dimtrade: check one_row_per_trade failed"]
+    assert reported[0] == "T0" and sorted(reported[1:3]) == ["T1", "T2"]
+    # AG (which commits nothing here; a commit would wait for T3's checks and be refused) ran; DM never started
+    assert reported[3:] == ["T3", "T4", "AG"]
