@@ -131,7 +131,7 @@ def _reasons(typed: FigureLines) -> list[str]:
     for col in FIGURE_FIELDS:
         if col.type != "string":
             what = f"' is not {NOT_A[col.type]}"
-            problems.add(typed.bad[col.name], fields.join(f"{LABELS[col.name]}: '", typed.texts[col.name], what))
+            problems.add(typed.bad[col.name], (f"{LABELS[col.name]}: '", typed.texts[col.name], what))
     reasons = problems.reason().to_pylist()
     return [
         reason if typed.right_width(i) else f"expected {len(FIGURE_FIELDS)} fields, found {typed.width[i]}"

@@ -163,13 +163,13 @@ def check_actions(raw: pa.Table) -> pa.Table:
         if f is CUSTOMER_MGMT_ACTION[0]:  # the action type's own check: one of the known types
             unknown = pc.and_(pc.is_valid(text), pc.invert(pc.is_in(text, pa.array(CUSTOMER_MGMT_ACTIONS))))
             known = ", ".join(CUSTOMER_MGMT_ACTIONS)
-            problems.add(unknown, fields.join("action_type: '", filled, f"' is not one of {known}"))
+            problems.add(unknown, ("action_type: '", filled, f"' is not one of {known}"))
         if f in CUSTOMER_MGMT_XML:
             present_names.append(pc.if_else(pc.is_valid(text), pa.scalar(f",{f.name}", pa.large_string()), ""))
     accounts = raw["_accounts"].combine_chunks()
     problems.add(
         pc.greater(pc.fill_null(accounts, -1), 1),
-        fields.join(accounts.cast(pa.string()), " Account elements, at most one expected"),
+        (accounts.cast(pa.string()), " Account elements, at most one expected"),
     )
     corrupt = pc.is_valid(raw["_corrupt"].combine_chunks())
     reason = pc.if_else(

@@ -46,8 +46,9 @@ def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
         codes = ACTION_CODES.get(col.name)
         if codes is not None:
             unknown = pc.and_(present, pc.invert(pc.is_in(raw, pa.array(codes, raw.type))))
-            problems.add(unknown, fields.join(f"{col.name}: '", raw, f"' is not one of {', '.join(codes)}"))
-    wrong_width = fields.join(f"expected {expected} fields, found ", count.cast(pa.string()))
+            problems.add(unknown, (f"{col.name}: '", raw, f"' is not one of {', '.join(codes)}"))
+
+    wrong_width = (f"expected {expected} fields, found ", count.cast(pa.string()))
     return fields.checked_lines(lines, line, values, fields.line_reason(line, right_width, problems, wrong_width))
 
 

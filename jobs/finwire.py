@@ -40,13 +40,13 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
         typed[company_name.name] = pc.if_else(pc.and_(pc.invert(short), pc.not_equal(last, "")), last, no_value)
         problems.add(
             pc.and_(short, pc.invert(pc.match_substring_regex(last, _CIK))),
-            fields.join(f"{record.fields[-1].name}: '", last, "' is not a 10-digit CIK"),
+            (f"{record.fields[-1].name}: '", last, "' is not a 10-digit CIK"),
         )
     widths = " or ".join(str(w) for w in record.widths)
     right_width = pc.is_in(length, pa.array(record.widths, length.type))
-    wrong_width = fields.join(
-        f"{record.rec_type} record: expected {widths} characters, found ", length.cast(pa.string())
-    )
+
+    wrong_width = (f"{record.rec_type} record: expected {widths} characters, found ", length.cast(pa.string()))
+
     reason = fields.line_reason(line, right_width, problems, wrong_width)
     return fields.checked_lines(lines, line, {col.name: typed[col.name] for col in record.columns}, reason)
 

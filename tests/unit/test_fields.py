@@ -60,9 +60,17 @@ def test_problems_are_joined_in_the_order_found_and_empty_for_a_good_record():
     problems = Problems(3)
     problems.add(pa.array([True, False, False]), "first")
     problems.add(pa.array([False, False, False]), "never")
-    problems.add(pa.array([True, False, True]), pa.array(["a", "b", "c"], pa.large_string()))
-    assert problems.reason().to_pylist() == ["first; a", "", "c"]
+    problems.add(pa.array([True, False, True]), ("<", pa.array(["a", "b", "c"], pa.large_string()), ">"))
+    assert problems.reason().to_pylist() == ["first; <a>", "", "<c>"]
     assert Problems(2).reason().to_pylist() == ["", ""]
+
+
+def test_a_problem_text_is_built_only_when_a_record_has_the_problem():
+    """Per-record texts come as parts joined only for a bad record; a column no record fails builds nothing, so a
+    part that cannot be joined at all (a list here) is never touched."""
+    problems = Problems(2)
+    problems.add(pa.array([False, False]), ("x: '", pa.array([[1], [2]]), "' is bad"))
+    assert problems.reason().to_pylist() == ["", ""]
 
 
 def test_a_column_the_cast_rejects_everywhere_is_typed_value_by_value():
