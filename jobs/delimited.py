@@ -32,11 +32,13 @@ def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
     fields.check_supported(source.columns, source.name)
     expected = len(source.columns)
     line = lines["line"].combine_chunks().cast(pa.large_string())
-    count = pc.list_value_length(pc.split_pattern(line, source.delimiter))
+    split = pc.split_pattern(line, source.delimiter)
+    count = pc.list_value_length(split)
     right_width = pc.equal(count, expected)
-    # A line of the wrong width is checked as if it were a line of empty fields: its reason is its width.
-    filler = pa.scalar(source.delimiter * (expected - 1), line.type)
-    split = pc.split_pattern(pc.if_else(right_width, line, filler), source.delimiter)
+    if not pc.all(right_width).as_py():
+        # A line of the wrong width is checked as if it were a line of empty fields: its reason is its width.
+        filler = pa.scalar(source.delimiter * (expected - 1), line.type)
+        split = pc.split_pattern(pc.if_else(right_width, line, filler), source.delimiter)
     problems = fields.Problems(len(line))
     values = {}
     for i, col in enumerate(source.columns):
