@@ -17,6 +17,7 @@ from jobs.landing import numbered_lines
         (b"a\n\nb", [(1, "a"), (2, ""), (3, "b")]),  # empty line kept, last line without newline kept
         (b"\n", [(1, "")]),
         (b"a|b\rc\r\n", [(1, "a|b\rc")]),  # only the CR of a CRLF ending is removed
+        (b"a\r\nb\nc\r\r\n\r\n\xc3\xa9\r", [(1, "a"), (2, "b"), (3, "c\r"), (4, ""), (5, "\u00e9")]),  # mixed endings
         (b"x\x1fy|\xc3\xa9\n", [(1, "x\x1fy|\u00e9")]),  # control bytes and multi-byte characters kept
     ],
 )
