@@ -8,64 +8,24 @@ from its own seeded numpy Generator, never from global random state or the clock
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
-from streamdi.generator import customers, finwire, market, reference
-from streamdi.generator.output import AuditRow, Output, WrittenFile
-from streamdi.generator.params import DATE_BEGIN, Params
-
-__all__ = ["Output", "Params", "WrittenFile", "generate"]
-
-# Steps in the order they run, for progress reporting (name, share of the work).
-STEPS = ("reference", "finwire", "customers", "market")
+__all__ = ["STEPS", "Output", "Params", "WrittenFile", "generate"]
 
 
-def generate(
-    params: Params,
-    out_dir: Path,
-    on_file: Callable[[WrittenFile], None] | None = None,
-    on_step: Callable[[str], None] | None = None,
-) -> Output:
-    """Write the whole data set under `out_dir`; return the record of every file written."""
-    out = Output(Path(out_dir), on_file)
-    step = on_step or (lambda _name: None)
+def __getattr__(name: str) -> Any:
+    """The package's names, imported on first use (PEP 562): a command that does not generate (`streamdi load`,
+    every CLI start) does not import the generator's modules and numpy with `streamdi.generator.cli`."""
+    if name in ("STEPS", "generate"):
+        from streamdi.generator import dataset
 
-    step("reference")
-    for batch in range(1, params.batches + 1):
-        out.write_lines(f"Batch{batch}/BatchDate.txt", [params.batch_date(batch).isoformat()])
-    reference.write_static(out, "Batch1")
-    reference.write_calendar(out, "Batch1")
-    hr = reference.generate_hr(params)
-    reference.write_hr(out, params, hr, "Batch1")
+        return getattr(dataset, name)
+    if name in ("Output", "WrittenFile"):
+        from streamdi.generator import output
 
-    step("finwire")
-    fw = finwire.generate(params, out, "Batch1")
+        return getattr(output, name)
+    if name == "Params":
+        from streamdi.generator.params import Params
 
-    step("customers")
-    brokers = hr["id"][hr["job"] == reference.BROKER_JOB_CODE]
-    people = customers.generate(params, out, brokers)
-    customers.write_prospects(params, out, people)
-
-    step("market")
-    market.generate(params, out, fw, people)
-
-    for batch in range(1, params.batches + 1):
-        first = DATE_BEGIN if batch == 1 else params.batch_date(batch)
-        out.write_audit(
-            f"Batch{batch}_audit.csv",
-            [
-                AuditRow("Batch", batch, "FirstDay", date=first),
-                AuditRow("Batch", batch, "LastDay", date=params.batch_date(batch)),
-            ],
-        )
-    out.write_audit(
-        "Generator_audit.csv",
-        [
-            AuditRow("Generator", 1, "SF", dvalue=repr(float(params.scale_factor * 1000))),
-            AuditRow("Generator", 1, "Seed", dvalue=str(params.seed)),
-            AuditRow("Generator", 1, "FIRST_BATCH_DATE_START", date=params.batch_date(1)),
-            AuditRow("Generator", 1, "NUMBER_OF_INCREMENTAL_BATCHES", dvalue=repr(float(params.batches - 1))),
-        ],
-    )
-    return out
+        return Params
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
