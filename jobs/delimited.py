@@ -49,7 +49,6 @@ def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
         if codes is not None:
             unknown = pc.and_(present, pc.invert(pc.is_in(raw, pa.array(codes, raw.type))))
             problems.add(unknown, (f"{col.name}: '", raw, f"' is not one of {', '.join(codes)}"))
-
     wrong_width = (f"expected {expected} fields, found ", count.cast(pa.string()))
     return fields.checked_lines(lines, line, values, fields.line_reason(line, right_width, problems, wrong_width))
 

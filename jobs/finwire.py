@@ -44,9 +44,7 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
         )
     widths = " or ".join(str(w) for w in record.widths)
     right_width = pc.is_in(length, pa.array(record.widths, length.type))
-
     wrong_width = (f"{record.rec_type} record: expected {widths} characters, found ", length.cast(pa.string()))
-
     reason = fields.line_reason(line, right_width, problems, wrong_width)
     return fields.checked_lines(lines, line, {col.name: typed[col.name] for col in record.columns}, reason)
 

@@ -136,12 +136,6 @@ def test_a_step_is_reported_committed_as_soon_as_it_returns_before_its_checks_an
 
         return run
 
-    def on_committed(name: str) -> None:
-        reported.append(name)
-        if name == "T3":
-            assert "T4" not in reported  # T4 is still running
-            t4_may_end.set()
-
     def checks(_ctx, _batch, step, attempt=0):
         found = validate.StepChecks(step)
         if step == "T3":
@@ -149,17 +143,17 @@ def test_a_step_is_reported_committed_as_soon_as_it_returns_before_its_checks_an
             found.halts.append("warehouse.dimtrade: check one_row_per_trade failed")
         return found
 
-    def on_t4(name: str) -> None:
-        on_committed(name)
-        if name == "T4":
-            assert "T3" in reported
-            t3_checks_may_end.set()  # T3 and T4 were both reported while T3's checks were still running
+    def on_committed(name: str) -> None:
+        # T4 can only end once T3 is reported, and T3's checks only once T4 is: the run ends only if both are
+        # reported while T4 still ran and T3's checks were still running (a failed wait fails the step or check)
+        reported.append(name)
+        {"T3": t4_may_end, "T4": t3_checks_may_end}.get(name, threading.Event()).set()
 
     fake = tuple(Step(s.name, step(s.name), s.after, checked=s.checked, reads_checks=s.reads_checks) for s in STEPS)
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     monkeypatch.setattr(validate, "validate_step", checks)
-    report = transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7, on_committed=on_t4)
+    report = transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7, on_committed=on_committed)
     assert report.halts == ["warehouse.dimtrade: check one_row_per_trade failed"]
     assert reported[0] == "T0" and sorted(reported[1:3]) == ["T1", "T2"]
     # AG (which commits nothing here; a commit would wait for T3's checks and be refused) ran; DM never started
