@@ -252,7 +252,7 @@ class _TaskJob:
             pq.write_table(side, Path(output.side) / f"part-{position:05d}.parquet")
         kept, quarantined, outcomes = staged, _empty(QUARANTINE), []
         if output.suite is not None:
-            checked = quality.validator().validate(output.suite, staged, self.batch_id, resumed=self.resumed)
+            checked = quality.local_validator().validate(output.suite, staged, self.batch_id, resumed=self.resumed)
             kept, quarantined, outcomes = checked.kept, checked.quarantined, checked.outcomes
         if kept.num_rows:
             path = Path(output.scratch) / f"part-{position:05d}.parquet"

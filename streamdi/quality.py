@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +42,12 @@ import pyarrow.compute as pc
 
 from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
+from streamdi import gx_remote
 from streamdi.gx_import import import_great_expectations
+from streamdi.settings import load_settings
 from streamdi.suites import MAX_DETAIL_VALUES, Check, Suite, check_columns, condition_columns, load_suites
+
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -111,8 +116,40 @@ def _json(value: Any) -> str:
 CHECK_META = "streamdi_check"  # the `meta` key of a Great Expectations expectation that names its check
 
 
-class Validator:
-    """Great Expectations objects built once per process; `validate` runs a whole suite on a table's rows."""
+class Validating:
+    """What every validator does with `check`'s findings: `validate` runs a whole suite on a table's rows and applies
+    the policies (`Validator` checks in this process, `RemoteValidator` on the warm server)."""
+
+    suites: dict[str, Suite]
+
+    def suite_for(self, table: Table) -> Suite | None:
+        return self.suites.get(table.qualified_name)
+
+    def validate(
+        self,
+        suite: Suite,
+        rows: pa.Table,
+        batch_id: int,
+        *,
+        resumed: bool = False,
+        parameters: dict[str, list] | None = None,
+    ) -> Validated:
+        """Run every check of `suite` on `rows` and apply the policies. With `resumed` (an operator resumed the
+        batch) a failed halt check is `overridden`: recorded, and the rows stay."""
+        if not suite.checks:
+            return Validated(suite, rows, QUARANTINE.arrow_schema().empty_table())
+        outcomes, failing_rows = self.check(suite, rows, batch_id, resumed=resumed, parameters=parameters)
+        kept, quarantined = _split(suite, rows, batch_id, failing_rows)
+        return Validated(suite, kept, quarantined, outcomes)
+
+    def check(self, suite, rows, batch_id, *, resumed=False, parameters=None):
+        """`validate`'s findings, before the split: every check's outcome (a list of CheckOutcome, in suite order),
+        and the row positions that failed quarantine checks with those checks' ids (dict[int, list[str]])."""
+        raise NotImplementedError
+
+
+class Validator(Validating):
+    """Great Expectations objects built once per process; `check` runs a whole suite on a table's rows here."""
 
     def __init__(self, suites: dict[str, Suite]) -> None:
         gx = import_great_expectations()
@@ -136,9 +173,6 @@ class Validator:
         self._definitions: dict[tuple[str, tuple[str, ...]], Any] = {}  # (suite, its checks' ids) -> definition
         self._lock = threading.Lock()
 
-    def suite_for(self, table: Table) -> Suite | None:
-        return self.suites.get(table.qualified_name)
-
     def _definition(self, suite: Suite):
         """(batch definition, expectation suite) of `suite`, built on first use. The suite stays out of the
         context's store (each check's id rides in its expectation's `meta`): adding it there serialized every
@@ -161,19 +195,7 @@ class Validator:
             )
         return self._definitions[key]
 
-    def validate(
-        self,
-        suite: Suite,
-        rows: pa.Table,
-        batch_id: int,
-        *,
-        resumed: bool = False,
-        parameters: dict[str, list] | None = None,
-    ) -> Validated:
-        """Run every check of `suite` on `rows` and apply the policies. With `resumed` (an operator resumed the
-        batch) a failed halt check is `overridden`: recorded, and the rows stay."""
-        if not suite.checks:
-            return Validated(suite, rows, QUARANTINE.arrow_schema().empty_table())
+    def check(self, suite, rows, batch_id, *, resumed=False, parameters=None):
         with self._lock:
             batch_definition, gx_suite = self._definition(suite)
             frame = _frame(suite, rows)
@@ -228,8 +250,7 @@ class Validator:
                     error=error,
                 )
             )
-        kept, quarantined = _split(suite, rows, batch_id, failing_rows)
-        return Validated(suite, kept, quarantined, outcomes)
+        return outcomes, failing_rows
 
 
 def action_of(check: Check, success: bool, *, resumed: bool) -> str:
@@ -270,11 +291,7 @@ def _frame(suite: Suite, rows: pa.Table):
     bounds in suites are plain numbers, and a decimal(p,s) with p <= 15 converts exactly enough to compare).
     Dates stay Python dates (pandas timestamps end in 2262; SCD2 versions end in 9999): compare them with
     between bounds, not value sets (a date in a value set cannot be saved in a Great Expectations suite)."""
-    used = {
-        c for check in suite.checks for c in check_columns(check.kwargs) + condition_columns(check.kwargs, suite.table)
-    }
-    whole = any(not check_columns(check.kwargs) for check in suite.checks)
-    names = rows.column_names if whole or not used else [c for c in rows.column_names if c in used]
+    names = frame_columns(suite, rows)
     columns = []
     for name in names:
         col = rows.column(name)
@@ -282,6 +299,15 @@ def _frame(suite: Suite, rows: pa.Table):
             col = col.cast(pa.float64())
         columns.append(col)
     return pa.table(columns, names=names).to_pandas()
+
+
+def frame_columns(suite: Suite, rows: pa.Table) -> list[str]:
+    """The columns of `rows` the checks of `suite` see (`_frame`)."""
+    used = {
+        c for check in suite.checks for c in check_columns(check.kwargs) + condition_columns(check.kwargs, suite.table)
+    }
+    whole = any(not check_columns(check.kwargs) for check in suite.checks)
+    return rows.column_names if whole or not used else [c for c in rows.column_names if c in used]
 
 
 def plain(value: Any) -> Any:
@@ -311,28 +337,120 @@ def _split(suite: Suite, rows: pa.Table, batch_id: int, failing: dict[int, list[
     return rows.filter(mask), quarantined
 
 
+# ------------------------------------------------------------------------------------------------ remote
+ASK_ATTEMPTS = 3  # a request whose server dies is sent again to a new one this many times in all
+
+
+class RemoteValidator(Validating):
+    """`Validator.check` run by the warm Great Expectations server (`streamdi.gx_remote`), with the same outcomes:
+    the server checks the rows against the same suites (its fingerprint covers them), this process splits them. The
+    suites are read here without Great Expectations (its registry checks ran in the server, which refuses to start
+    on a bad suite). When no server can be reached or started, it validates in this process and says so once."""
+
+    def __init__(self, suites: dict[str, Suite], idle_timeout: float) -> None:
+        self.suites = suites
+        self.idle_timeout = idle_timeout
+        self.fingerprint = gx_remote.fingerprint()
+        self._conn = None
+        self._local: Validator | None = None
+        self._lock = threading.Lock()
+
+    def wait_ready(self) -> None:
+        """Connected to a server (started now when none runs), or fallen back to this process."""
+        with self._lock:
+            self._connected()
+
+    def check(self, suite, rows, batch_id, *, resumed=False, parameters=None):
+        request = (
+            "validate",
+            suite.name,
+            tuple(c.id for c in suite.checks),
+            gx_remote.table_message(rows.select(frame_columns(suite, rows))),
+            batch_id,
+            resumed,
+            parameters,
+        )
+        with self._lock:
+            answer = self._ask(request)
+        if answer is None:  # no server: this process validates
+            return self._local.check(suite, rows, batch_id, resumed=resumed, parameters=parameters)
+        if answer[0] != "ok":
+            raise RuntimeError(f"the Great Expectations server could not validate {suite.name}: {answer[1]}")
+        checks = {c.id: c for c in suite.checks}
+        outcomes = [
+            CheckOutcome(checks[i], success, elements, unexpected, action, tuple(values), error)
+            for i, success, elements, unexpected, action, values, error in answer[1]
+        ]
+        return outcomes, answer[2]
+
+    def _connected(self) -> bool:
+        """A connection to the server (False: validating in this process)."""
+        if self._local is not None:
+            return False
+        if self._conn is None:
+            try:
+                self._conn = gx_remote.connect(self.fingerprint, self.idle_timeout)
+            except gx_remote.Unavailable as exc:
+                log.warning("validating in this process: %s", exc)
+                self._local = local_validator()
+                return False
+        return True
+
+    def _ask(self, request: tuple) -> tuple | None:
+        for attempt in range(1, ASK_ATTEMPTS + 1):
+            if not self._connected():
+                return None
+            try:
+                gx_remote.send(self._conn, request)
+                return gx_remote.recv(self._conn)
+            except (OSError, EOFError) as exc:  # the server died: again, on a server started again
+                self._conn.close()
+                self._conn = None
+                if attempt == ASK_ATTEMPTS:
+                    raise RuntimeError(f"the Great Expectations server failed {attempt} times: {exc}") from exc
+                log.warning("the Great Expectations server went away (%s): starting it again", exc)
+                time.sleep(0.1 * attempt)  # a killed server's socket may take a moment to refuse connections
+        return None
+
+
 # ------------------------------------------------------------------------------------------------ process
-_validator: Validator | None = None
+_validator: Validator | RemoteValidator | None = None
+_local: Validator | None = None
 _building = threading.Lock()
+_building_local = threading.Lock()
 _warming: threading.Thread | None = None  # the one warm-up thread, once started
 _warm_lock = threading.Lock()
 
 
-def validator() -> Validator:
-    """The process's Validator (suites loaded and checked on first use)."""
+def validator() -> Validator | RemoteValidator:
+    """The process's validator: on the warm server (`STREAMDI_GX_SERVER`, the default), else in this process."""
     global _validator
     with _building:
         if _validator is None:
-            _validator = Validator(load_suites())
+            settings = load_settings()
+            if settings.gx_server:
+                _validator = RemoteValidator(load_suites(registry=False), settings.gx_server_idle_timeout)
+            else:
+                _validator = local_validator()
         return _validator
 
 
+def local_validator() -> Validator:
+    """The process's own Validator (Great Expectations imported here; suites loaded and checked on first use): the
+    server's, a Spark executor's, and a process's whose server is off or unavailable."""
+    global _local
+    with _building_local:
+        if _local is None:
+            _local = Validator(load_suites())
+        return _local
+
+
 def warm_up() -> None:
-    """Build the process's Validator in a background thread. Importing Great Expectations takes seconds of pure
-    Python; started when the stage step starts (or when `streamdi load` starts delivering a batch), it overlaps the
-    delivery and the parse (and the JVM's start, begun in the background by a run that will transform) instead of
-    adding to them. Starts one thread per process at most. `validator()` waits for it (a failure surfaces there,
-    raised again by the build)."""
+    """Make the process's validator ready in a background thread: connect to the warm server (started now when none
+    runs), or, in this process, import Great Expectations (seconds of pure Python). Started when the stage step starts
+    (or when `streamdi load` starts delivering a batch), it overlaps the delivery and the parse (and the JVM's start,
+    begun in the background by a run that will transform) instead of adding to them. Starts one thread per process
+    at most. `validator()` waits for it (a failure surfaces there, raised again by the build)."""
     global _warming
     with _warm_lock:
         if _validator is not None or _warming is not None:
@@ -343,7 +461,9 @@ def warm_up() -> None:
 
 def _build_quietly() -> None:
     with contextlib.suppress(Exception):  # the caller's own validator() call raises it again, where it is handled
-        validator()
+        ready = validator()
+        if isinstance(ready, RemoteValidator):
+            ready.wait_ready()
 
 
 def summarize(outcomes: Iterable[CheckOutcome]) -> dict[str, int]:

@@ -154,6 +154,17 @@ class Settings(BaseSettings):
         "step that writes it is done; the transaction commits after the whole transform, so a micro-batch still "
         "becomes visible whole. false: migrate after the transform.",
     )
+    gx_server: bool = Field(
+        default=True,
+        description="Validate on a warm Great Expectations server process that the first validating process starts "
+        "and later ones (same user, code and suites) reuse, instead of importing Great Expectations in each process "
+        "(about 2 s). false: every process validates itself.",
+    )
+    gx_server_idle_timeout: float = Field(
+        default=900.0,
+        ge=0,
+        description="Seconds without a client after which the warm Great Expectations server stops (0: never).",
+    )
     resident_mb: int = Field(
         default=1024,
         ge=0,

@@ -79,9 +79,11 @@ def suite_path(table: Table, root: Path = EXPECTATIONS_DIR) -> Path:
     return root / table.layer / f"{table.name}.yml"
 
 
-def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
+def load_suites(root: Path = EXPECTATIONS_DIR, *, registry: bool = True) -> dict[str, Suite]:
     """Every suite under `root` (`<layer>/<table>.yml`), checked against the declared tables and Great
-    Expectations' registry, by qualified table name. Raises SuiteError on the first problem."""
+    Expectations' registry, by qualified table name. Raises SuiteError on the first problem. Without `registry`,
+    Great Expectations is not imported and the checks' expectations and arguments are taken as they are written
+    (the warm server, which validates them, checked them with the registry: `streamdi.quality.RemoteValidator`)."""
     tables = declared_tables()
     suites: dict[str, Suite] = {}
     paths = sorted(root.glob("*/*.yml"))
@@ -90,18 +92,17 @@ def load_suites(root: Path = EXPECTATIONS_DIR) -> dict[str, Suite]:
             f"no data-quality suites in {root} (expectations/<layer>/<table>.yml): the directory ships with streamdi "
             "(the repository, the wheel, the Docker image); without it no check would run"
         )
-    import_great_expectations()  # the checks are checked against its registry
+    if registry:
+        import_great_expectations()  # the checks are checked against its registry
     for path in paths:
-        suite = _load_suite(path, tables)
+        suite = _load_suite(path, tables, registry)
         if suite.name in suites:
             raise SuiteError(f"{path}: a second suite for {suite.name} (the first is {suites[suite.name].path})")
         suites[suite.name] = suite
     return suites
 
 
-def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
-    from great_expectations.expectations.registry import get_expectation_impl
-
+def _load_suite(path: Path, tables: dict[str, Table], registry: bool = True) -> Suite:
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -140,14 +141,7 @@ def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
             raise SuiteError(f"{where}: id {check.id!r} is used twice")
         if check.policy not in POLICIES:
             raise SuiteError(f"{where}: policy must be one of {', '.join(POLICIES)}, not {check.policy!r}")
-        try:
-            impl = get_expectation_impl(check.expectation)
-        except Exception:  # the registry raises its own error type for unknown names
-            raise SuiteError(f"{where}: {check.expectation!r} is not a Great Expectations expectation") from None
-        try:
-            impl(**check.kwargs)
-        except Exception as exc:
-            raise SuiteError(f"{where}: arguments do not fit {check.expectation}: {exc}") from None
+        impl = _registered(where, check) if registry else None
         for column in check_columns(check.kwargs):
             if column not in table.column_names:
                 raise SuiteError(f"{where}: {column!r} is not a column of {name}")
@@ -165,13 +159,28 @@ def _load_suite(path: Path, tables: dict[str, Table]) -> Suite:
                 f"{where}: policy quarantine is for staging suites; a {table.layer} row is already committed and "
                 "may be referenced by other tables (use warn or halt, and quarantine the source rows in staging)"
             )
-        if check.policy == "quarantine" and not _row_level(impl):
+        if check.policy == "quarantine" and impl is not None and not _row_level(impl):
             raise SuiteError(
                 f"{where}: policy quarantine needs a row-level expectation (column values, column pairs or "
                 f"compound columns); {check.expectation} judges the table as a whole"
             )
         checks.append(check)
     return Suite(table=table, checks=tuple(checks), key=key, path=path)
+
+
+def _registered(where: str, check: Check) -> type:
+    """The expectation class of `check`, which its arguments fit."""
+    from great_expectations.expectations.registry import get_expectation_impl
+
+    try:
+        impl = get_expectation_impl(check.expectation)
+    except Exception:  # the registry raises its own error type for unknown names
+        raise SuiteError(f"{where}: {check.expectation!r} is not a Great Expectations expectation") from None
+    try:
+        impl(**check.kwargs)
+    except Exception as exc:
+        raise SuiteError(f"{where}: arguments do not fit {check.expectation}: {exc}") from None
+    return impl
 
 
 MISSING_FROM = "missing_from__"  # parameter prefix: the checked column's values another table's column lacks

@@ -6,9 +6,13 @@ not named taken from `DEFAULTS` (a valid value), so a test says only what matter
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
+
+import pyarrow as pa
 
 from schemas import sources as src
 from schemas.model import SourceFile
@@ -64,6 +68,36 @@ def source_line(source: SourceFile, **fields: str) -> str:
         raise KeyError(f"{source.name} has no fields {sorted(unknown)}")
     values = {**DEFAULTS[source.name], **fields}
     return source.delimiter.join("" if values[c.name] is None else values[c.name] for c in source.columns)
+
+
+def staged_trades(*rows: tuple[int, str, int, str], batch: int = 1) -> pa.Table:
+    """Staged Trade rows of `batch`'s Trade.txt: (t_id, t_st_id, t_qty, t_bid_price); every other column from a
+    valid trade."""
+    out = []
+    for n, (t_id, status, qty, price) in enumerate(rows, start=1):
+        out.append(
+            {
+                "t_id": t_id,
+                "t_dts": dt.datetime(2017, 7, 1, 9, 30, tzinfo=dt.UTC),
+                "t_st_id": status,
+                "t_tt_id": "TMB",
+                "t_is_cash": True,
+                "t_s_symb": "AAAA",
+                "t_qty": qty,
+                "t_bid_price": Decimal(price),
+                "t_ca_id": 7,
+                "t_exec_name": "Broker",
+                "t_trade_price": None,
+                "t_chrg": None,
+                "t_comm": None,
+                "t_tax": None,
+                "batch_id": batch,
+                "source_file": f"Batch{batch}/Trade.txt",
+                "line_no": n,
+                "source_batch": batch,
+            }
+        )
+    return pa.Table.from_pylist(out, schema=src.TRADE.staging.arrow_schema())
 
 
 def write_landing_file(path: Path, lines: list[str], crlf: bool = True) -> Path:

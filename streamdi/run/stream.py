@@ -181,7 +181,7 @@ class StreamService:
 
     def run(self) -> int:
         """Serve until `stop()` (or `idle_exit`); returns the process exit code (0)."""
-        from streamdi.quality import validator, warm_up
+        from streamdi.quality import RemoteValidator, validator, warm_up
         from streamdi.run.pipeline import run_pending
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -193,7 +193,9 @@ class StreamService:
             warm_up()  # Great Expectations imports while Spark and PostgreSQL start
             self.ctx.start_spark()
             self.ctx.start_warehouse()
-            validator()  # ready before `idle`: a first micro-batch must not wait for Great Expectations' import
+            ready = validator()  # ready before `idle`: a first micro-batch must not wait for Great Expectations
+            if isinstance(ready, RemoteValidator):
+                ready.wait_ready()
             batch_log = BatchLog(self.ctx.lake)
             self._registered = set(batch_log.registered_files())
             idle_since = time.monotonic()

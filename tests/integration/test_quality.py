@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from decimal import Decimal
 
-import pyarrow as pa
 import pytest
-from builders import source_line, suites_in, write_landing_file
+from builders import source_line, staged_trades, suites_in, write_landing_file
 
 from schemas import sources as src
 from schemas.quality import QUALITY_RESULTS, QUARANTINE
@@ -49,35 +47,6 @@ checks:
     kwargs: {max_value: 3}
     policy: halt
 """
-
-
-def trade_rows(*rows: tuple[int, str, int, str]) -> pa.Table:
-    """Staged Trade rows: (t_id, t_st_id, t_qty, t_bid_price); every other column from a valid trade."""
-    out = []
-    for n, (t_id, status, qty, price) in enumerate(rows, start=1):
-        out.append(
-            {
-                "t_id": t_id,
-                "t_dts": dt.datetime(2017, 7, 1, 9, 30, tzinfo=dt.UTC),
-                "t_st_id": status,
-                "t_tt_id": "TMB",
-                "t_is_cash": True,
-                "t_s_symb": "AAAA",
-                "t_qty": qty,
-                "t_bid_price": Decimal(price),
-                "t_ca_id": 7,
-                "t_exec_name": "Broker",
-                "t_trade_price": None,
-                "t_chrg": None,
-                "t_comm": None,
-                "t_tax": None,
-                "batch_id": 1,
-                "source_file": "Batch1/Trade.txt",
-                "line_no": n,
-                "source_batch": 1,
-            }
-        )
-    return pa.Table.from_pylist(out, schema=src.TRADE.staging.arrow_schema())
 
 
 def test_every_suite_in_expectations_loads_against_the_declared_tables():
@@ -141,7 +110,7 @@ def test_a_suite_must_sit_in_the_file_of_its_table(tmp_path):
 def test_each_policy_does_what_it_says(tmp_path):
     suite = load_suites(suites_in(tmp_path, staging__trade=TRADE_SUITE))["staging.trade"]
     validator = Validator({suite.name: suite})
-    rows = trade_rows(
+    rows = staged_trades(
         (1, "CMPT", 10, "20.00"),
         (2, "XXXX", 10, "20.00"),  # unknown status: quarantined
         (3, "SBMT", 0, "2000.00"),  # zero quantity: quarantined; price warned
@@ -191,7 +160,7 @@ def test_each_policy_does_what_it_says(tmp_path):
 
 def test_rows_that_pass_every_check_are_kept_whole(tmp_path):
     suite = load_suites(suites_in(tmp_path, staging__trade=TRADE_SUITE))["staging.trade"]
-    rows = trade_rows((1, "CMPT", 10, "20.00"), (2, "SBMT", 3, "5.10"))
+    rows = staged_trades((1, "CMPT", 10, "20.00"), (2, "SBMT", 3, "5.10"))
 
     checked = Validator({suite.name: suite}).validate(suite, rows, batch_id=1)
 
@@ -212,7 +181,7 @@ def test_validating_hashes_no_rows_for_a_fingerprint_nobody_reads(tmp_path, monk
     suite = load_suites(suites_in(tmp_path, staging__trade=TRADE_SUITE))["staging.trade"]
     validator = Validator({suite.name: suite})
     monkeypatch.setattr(pandas_execution_engine, "hash_pandas_dataframe", hashed)
-    rows = trade_rows((1, "CMPT", 10, "20.00"), (2, "XXXX", 0, "5.10"))
+    rows = staged_trades((1, "CMPT", 10, "20.00"), (2, "XXXX", 0, "5.10"))
 
     checked = validator.validate(suite, rows, batch_id=1)
 
@@ -241,7 +210,7 @@ def test_every_check_counts_the_rows_of_its_domain_whether_it_passes_or_fails(tm
     # passed checks are run for their verdict only, failed ones again for details: both must count the rows their
     # row condition selects (none for CNCL), as Great Expectations does
     suite = load_suites(suites_in(tmp_path, staging__trade=CONDITIONED))["staging.trade"]
-    rows = trade_rows((1, "CMPT", 10, "20.00"), (2, "SBMT", 3, "5.10"), (3, "CMPT", 0, "70.00"), (4, "SBMT", 1, "9"))
+    rows = staged_trades((1, "CMPT", 10, "20.00"), (2, "SBMT", 3, "5.10"), (3, "CMPT", 0, "70.00"), (4, "SBMT", 1, "9"))
 
     checked = Validator({suite.name: suite}).validate(suite, rows, batch_id=1)
 

@@ -22,7 +22,7 @@ def test_the_deferred_modules_are_not_run_by_the_import_nor_by_building_the_vali
         """
         import json, sys
         from streamdi import quality
-        quality.validator()
+        quality.local_validator()
         kinds = {m: type(sys.modules[m]).__name__ for m in ("scipy.stats", "altair")}
         print(json.dumps({"kinds": kinds, "finders": [type(f).__name__ for f in sys.meta_path]}))
         """
@@ -51,7 +51,7 @@ def test_the_engines_packages_are_kept_from_the_import_and_import_as_usual_after
         """
         import json, sys
         from streamdi import quality
-        quality.validator()
+        quality.local_validator()
         kept = sorted(m for m in ("pyspark.ml", "pyspark.sql.connect", "sqlalchemy") if m in sys.modules)
         finders = [type(f).__name__ for f in sys.meta_path]
         import pyspark.ml.feature, sqlalchemy  # nothing was recorded as missing

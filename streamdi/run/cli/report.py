@@ -50,3 +50,16 @@ def quality_report() -> None:
     for line in describe(outcome):
         console.print(line, markup=False, highlight=False)
     console.print(f"batch log: {page} ({batches} micro-batch(es))", markup=False, highlight=False)
+
+
+@quality_app.command("stop")
+def quality_stop() -> None:
+    """Stop the warm Great Expectations server(s) of this user (STREAMDI_GX_SERVER: the first process that validates
+    starts one, later processes reuse it, and it stops itself after STREAMDI_GX_SERVER_IDLE_TIMEOUT idle seconds)."""
+    from streamdi.gx_remote import stop_all
+
+    stopped = stop_all()
+    console.print(
+        f"stopped {len(stopped)} Great Expectations server(s)." if stopped else "no Great Expectations server running.",
+        markup=False,
+    )
