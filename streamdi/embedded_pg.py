@@ -18,7 +18,10 @@ Lifecycle (shared between processes):
   beside the data directory (`<home>/.pgdata.lock`), not by the library's machine-wide `/tmp/.lockfile`: servers
   of different homes (other users, other test sessions) never wait for each other or fight over one file.
 - Every process that called `ensure_server` registers its pid in `pgdata/.handle_pids.json`. When a process
-  exits normally, it removes its pid; the last one stops the server cleanly (`pg_ctl stop`). So an interactive
+  exits normally, it removes its pid; the last one stops the server cleanly (`pg_ctl stop`, a fast shutdown it
+  asks for and does not wait for: the shutdown's checkpoint takes ~0.4 s after a migration; the pid of the stopping
+  postmaster is left in `pgdata/.stopping_pid`, and the next process that starts the server, stops it or asks
+  whether it runs first waits for that stop to end, under the lock). So an interactive
   `streamdi` command starts and stops its own server, while concurrent commands (Airflow tasks, tests and their
   subprocesses) share one.
 - A process killed with SIGKILL cannot unregister itself: pids of dead processes are pruned before every
@@ -48,6 +51,7 @@ import pwd
 import secrets
 import subprocess
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from urllib.parse import quote
@@ -92,6 +96,7 @@ local all all scram-sha-256
 
 # Servers this process has registered with, by pgdata; the cached URL is reused while the postmaster lives.
 _started: dict[Path, tuple[PostgresServer, dict[str, str]]] = {}  # pgdata -> (server, database -> URL)
+STOPPING = ".stopping_pid"  # in pgdata: the postmaster the last user asked to stop, without waiting for it
 _exit_hooks: set[Path] = set()  # pgdata of the servers this process unregisters from when it exits
 
 
@@ -140,6 +145,7 @@ def ensure_server(settings: Settings, roles: tuple[str, ...] = ()) -> str:
     with _server_lock(pgdata):
         if _AS_ROOT:
             _ensure_system_user()
+        _settle_stop(pgdata)
         _prune_dead_handles(pgdata)
         try:
             server = _handle(pgdata)
@@ -178,6 +184,7 @@ def stop_server(settings: Settings) -> bool:
         return False
     _keep_marker(pgdata).unlink(missing_ok=True)
     with _server_lock(pgdata):
+        _settle_stop(pgdata)
         _write_handles(pgdata, [])
         _started.pop(pgdata, None)
         if not _postmaster_running(pgdata):
@@ -194,8 +201,13 @@ def stop_server(settings: Settings) -> bool:
 
 
 def server_running(settings: Settings) -> bool:
-    """Whether a postmaster is running for `settings.pgdata` (reads pgdata/postmaster.pid)."""
-    return _postmaster_running(settings.pgdata)
+    """Whether a postmaster is running for `settings.pgdata` (reads pgdata/postmaster.pid); one that the last user
+    asked to stop is waited for, and is not running."""
+    pgdata = settings.pgdata.resolve()
+    if (pgdata / STOPPING).exists():
+        with _server_lock(pgdata):
+            _settle_stop(pgdata)
+    return _postmaster_running(pgdata)
 
 
 _locks: dict[Path, fasteners.InterProcessLock] = {}
@@ -319,7 +331,34 @@ def _unregister_at_exit(pgdata: Path) -> None:
         if others or _keep_marker(pgdata).exists() or not _postmaster_running(pgdata):
             return
         log.info("last user of the embedded PostgreSQL server in %s: stopping it", pgdata)
+        pid = _postmaster_pid(pgdata)
+        try:
+            # Asked, not waited for: a fast shutdown writes its checkpoint for ~0.4 s after a migration, which the
+            # user of a finished command need not wait for. The next process that needs the server (or asks whether
+            # it runs) waits for it first (`_settle_stop`), under this lock.
+            (pgdata / STOPPING).write_text(str(pid))
+            _pg_ctl(_handle(pgdata), "-W", "-D", str(pgdata), "stop")
+        except (subprocess.SubprocessError, OSError):
+            _stop_postmaster(pgdata)
+
+
+def _settle_stop(pgdata: Path, timeout: float = 120) -> None:
+    """Wait until the postmaster a last user asked to stop (`STOPPING`) has exited: killed if it does not within
+    `timeout` seconds (the caller holds the server lock)."""
+    marker = pgdata / STOPPING
+    if not marker.exists():
+        return
+    try:
+        pid = int(marker.read_text())
+    except (OSError, ValueError):
+        pid = None
+    deadline = time.monotonic() + timeout
+    while pid is not None and _postmaster_pid(pgdata) == pid and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if pid is not None and _postmaster_pid(pgdata) == pid:
+        log.warning("the embedded PostgreSQL server in %s did not stop within %.0f s", pgdata, timeout)
         _stop_postmaster(pgdata)
+    marker.unlink(missing_ok=True)
 
 
 def _stop_postmaster(pgdata: Path) -> None:

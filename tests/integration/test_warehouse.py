@@ -760,6 +760,44 @@ def test_last_process_stops_the_server_even_after_killed_processes(tmp_path):
     assert embedded_pg.stop_server(settings) is False
 
 
+WRITE_AND_EXIT = (
+    "import psycopg; from streamdi.settings import load_settings; from streamdi.embedded_pg import ensure_server; "
+    "c = psycopg.connect(ensure_server(load_settings()), autocommit=True); "
+    "c.execute('CREATE TABLE t AS SELECT generate_series(1, 300000) AS n'); "
+    "print(c.execute('SELECT pg_backend_pid(), pg_postmaster_start_time()::text').fetchone()[1]); c.close()"
+)
+READ_AND_EXIT = (
+    "import json, psycopg; from streamdi.settings import load_settings; "
+    "from streamdi.embedded_pg import ensure_server; "
+    "c = psycopg.connect(ensure_server(load_settings()), autocommit=True); "
+    "print(json.dumps(c.execute('SELECT count(*), pg_postmaster_start_time()::text FROM t').fetchone())); c.close()"
+)
+
+
+@needs_embedded
+def test_the_last_user_asks_for_the_stop_and_the_next_process_waits_for_it(tmp_path):
+    """The last user's exit does not wait for the shutdown's checkpoint; a process started right after it waits
+    for that stop, starts the server again and finds every committed row."""
+    settings = Settings(home=tmp_path / "home")
+    env = child_env(settings)
+    marker = settings.pgdata / embedded_pg.STOPPING
+
+    wrote = run_python(WRITE_AND_EXIT, env)
+    assert wrote.returncode == 0, wrote.stderr
+    first_start = wrote.stdout.strip()
+    assert marker.exists()  # the stopping postmaster's pid, left for the next process
+
+    read = run_python(READ_AND_EXIT, env)  # at once: the old postmaster may still be writing its checkpoint
+    assert read.returncode == 0, read.stderr
+    count, second_start = json.loads(read.stdout)
+    assert count == 300000
+    assert second_start != first_start  # a new server, started after the old one had stopped
+
+    assert not embedded_pg.server_running(settings)  # waits for the reader's stop
+    assert not marker.exists()
+    assert json.loads((settings.pgdata / ".handle_pids.json").read_text()) == []
+
+
 @needs_embedded
 def test_concurrent_first_starts_share_one_server(tmp_path):
     settings = Settings(home=tmp_path / "home")
