@@ -26,7 +26,8 @@ the micro-batch carries, 24 `Validation` rows per batch (`VALIDATION_MESSAGES`):
 `messagekey` is the message text, so each (batch, source, type, text) exists once. The counts are made in the
 driver from Delta metadata and narrow delta-rs reads of the key columns (`validation_counts`), without a Spark job;
 the joined counts data file by data file, each file's figure kept while no dimension key has gone
-(`joined_count`), so a warm process counts the files a micro-batch wrote, not every fact row again.
+(`joined_count`), so a warm process counts the files a micro-batch wrote, not every fact row again; the keys and
+figures are also left under the lake's `_streamdi_kept/validation_counts/` for the next process (`jobs.messages_kept`).
 
 Decisions where the spec is silent (it runs the query once after a whole batch):
 - A dripped TPC-DI batch spans many micro-batches: each one upserts the rows of its TPC-DI batch with the
@@ -57,6 +58,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.messages_kept import Kept
 from jobs.scope import BatchScope
 from schemas import warehouse as wh
 from schemas.model import Table
@@ -293,15 +295,20 @@ _SEEN_LOCK = threading.Lock()
 def _keys_epoch(root: Path, keys: Mapping[tuple[str, str], pa.Array]) -> int:
     """A number that changes whenever a key of `keys` is gone since the last call for the lake at `root` (a
     dimension's keys only grow unless a recomputation drops a version): while it holds, a fact row that joined
-    still does, so a data file's count can be kept (`joined_count`)."""
+    still does, so a data file's count can be kept (`joined_count`). A new process starts from the keys and number
+    the last one left (`jobs.messages_kept`), and leaves them in turn whenever the keys changed, before any count
+    made under them: so a count on disk was made under keys that are all in the ones on disk."""
     with _SEEN_LOCK:
-        epoch, before = _SEEN.get(root, (0, {}))
+        epoch, before = _SEEN[root] if root in _SEEN else Kept(root).keys()
         lost = any(
-            ident not in keys or not pc.all(pc.is_in(old, value_set=keys[ident])).as_py()
+            ident not in keys
+            or (len(old) > 0 and not pc.all(pc.is_in(old.cast(keys[ident].type), value_set=keys[ident])).as_py())
             for ident, old in before.items()
         )
         epoch += int(lost)
         _SEEN[root] = (epoch, dict(keys))
+        if lost or keys.keys() != before.keys() or any(len(keys[i]) != len(before[i]) for i in keys):
+            Kept(root).keep_keys(epoch, keys)  # kept whole and none lost: the same keys (they only grow)
         return epoch
 
 
@@ -311,7 +318,9 @@ def joined_count(
     """`joined_rows` of the whole table, file by file (`Lake.fold_files`): each data file's count of rows that join
     and its rows that do not are kept while no dimension key has gone (`epoch`, from `_keys_epoch`), so a micro-batch
     counts only the files it wrote (and looks again at the few rows that did not join: their keys may have come).
-    At SF 6 the four fact tables hold ~4.4 M rows, which the whole count read and probed at every micro-batch."""
+    At SF 6 the four fact tables hold ~4.4 M rows, which the whole count read and probed at every micro-batch. The
+    counts are also left on disk for the next process (`jobs.messages_kept`), which takes those of the files it
+    finds."""
     columns = [lookup.column for lookup in lookups]
 
     def fold(rows: pa.Table) -> tuple[int, pa.Table]:
@@ -320,10 +329,14 @@ def joined_count(
             return rows.num_rows, rows.slice(0, 0)
         return int(pc.sum(kept.cast(pa.int64())).as_py() or 0), rows.filter(pc.invert(kept))
 
-    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold)
-    left = [rows for _, rows in parts if rows.num_rows]
+    stored = Kept(lake.root)
+    known = stored.counts(table, epoch)
+    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold, known=known)
+    if parts.keys() != known.keys():
+        stored.keep_counts(table, epoch, parts)
+    left = [rows for _, rows in parts.values() if rows.num_rows]
     again = joined_rows(pa.concat_tables(left), lookups, keys) if left else 0
-    return sum(n for n, _ in parts) + again
+    return sum(n for n, _ in parts.values()) + again
 
 
 def validation_counts(ctx: JobContext) -> dict[tuple[str, str], int]:

@@ -23,9 +23,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql import types as T
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
 
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 _SIMPLE = {"int", "bigint", "double", "string", "boolean", "date", "timestamp", "time"}
@@ -43,6 +46,8 @@ def decimal_precision(logical: str) -> tuple[int, int] | None:
 
 
 def spark_type(logical: str) -> T.DataType:
+    from pyspark.sql import types as T  # pyspark only where a Spark schema is wanted (~0.1 s to import)
+
     dec = decimal_precision(logical)
     if dec:
         return T.DecimalType(*dec)
@@ -144,6 +149,8 @@ class Table:
         raise KeyError(f"{self.name} has no column {name!r}")
 
     def spark_schema(self) -> T.StructType:
+        from pyspark.sql import types as T
+
         return T.StructType([T.StructField(c.name, spark_type(c.type), c.nullable) for c in self.columns])
 
     def arrow_schema(self) -> pa.Schema:

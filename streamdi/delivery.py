@@ -22,8 +22,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from streamdi.generator.drip import DripOptions, drip, plan
-
 _BATCH_DIR = re.compile(r"Batch(\d+)")
 
 
@@ -89,6 +87,8 @@ def drip_batch(
     Returns the number of groups. Groups follow the drip plan's delivery order: a new group starts whenever
     the piece number changes, so without faults there are exactly `parts` groups (fewer for tiny files).
     """
+    from streamdi.generator.drip import DripOptions, drip, plan  # numpy and the text tables: only a drip needs them
+
     folder = batch_dir(data_dir, batch)
     options = DripOptions(parts=parts, seed=seed)
     deliveries, _ = plan(folder, options)

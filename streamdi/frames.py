@@ -16,9 +16,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
+if TYPE_CHECKING:  # pyspark is imported by whoever made a session
+    from pyspark.sql import DataFrame, SparkSession
 
 FRAMES_KEPT = 64  # snapshot DataFrames a cache keeps for reuse
 V = TypeVar("V")
@@ -90,7 +91,7 @@ class Kept(Generic[V]):
             return len(self._values)
 
 
-class FrameCache(Kept[DataFrame]):
+class FrameCache(Kept["DataFrame"]):
     """Snapshot DataFrames, each reused only by the SparkSession that built it."""
 
     def frame(self, key: Hashable, spark: SparkSession, build: Callable[[], DataFrame]) -> DataFrame:

@@ -36,12 +36,12 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -50,8 +50,6 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.transaction import AddAction
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from schemas.model import Table
 from streamdi.errors import LakeDiskFull
@@ -60,7 +58,9 @@ from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.merge_bounds import key_bounds, target_bounds
 from streamdi.parquet_stats import delta_stats
-from streamdi.spark import arrow_frame, literal_frame
+
+if TYPE_CHECKING:  # pyspark is imported where a session is made (`streamdi.spark`): ~0.1 s a load without Spark saves
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -331,23 +331,33 @@ class Lake:
         self._disk_seconds.drop_where(lambda kept: kept == (path, stamp))
         return self._wholes.put(key, pa.concat_tables(parts) if parts else schema.empty_table())
 
-    def fold_files(self, table: Table, columns: list[str], name: str, fold: Callable[[pa.Table], V]) -> list[V]:
-        """`fold` of the rows (`columns`, declared types) of each data file of the table's latest snapshot, in the
-        snapshot's order of files. A Delta data file never changes, so each file's value is computed once and kept
-        under `name` while the file is in the snapshot: a table that grows by a few files a micro-batch costs the
-        new files only. `fold` must not return None; give a new `name` when what it computes changes."""
+    def fold_files(
+        self,
+        table: Table,
+        columns: list[str],
+        name: str,
+        fold: Callable[[pa.Table], V],
+        known: Mapping[str, V] | None = None,
+    ) -> dict[str, V]:
+        """`fold` of the rows (`columns`, declared types) of each data file of the table's latest snapshot, by file
+        (relative path), in the snapshot's order of files. A Delta data file never changes, so each file's value is
+        computed once and kept under `name` while the file is in the snapshot: a table that grows by a few files a
+        micro-batch costs the new files only. `known` gives values an earlier process computed (under the same
+        `name`), taken for the files this process has not folded. `fold` must not return None; give a new `name`
+        when what it computes changes."""
         delta = self._delta(table)
         path, stamp = self.path(table), _first_commit_stamp(self.path(table))
         files = list(_data_files(delta))
         schema = pa.schema([table.arrow_schema().field(c) for c in columns])
-        values = []
+        values = {}
         for f in files:
             value = self._folds.get((path, stamp, f, name))
+            if value is None and known is not None:
+                value = known.get(f)
             if value is None:
                 held = self._file_rows.get((path, stamp, f))  # a resident table's file already in memory
-                rows = held.select(columns) if held is not None else self._file_whole(path / f, schema)
-                value = self._folds.put((path, stamp, f, name), fold(rows))
-            values.append(value)
+                value = fold(held.select(columns) if held is not None else self._file_whole(path / f, schema))
+            values[f] = self._folds.put((path, stamp, f, name), value)
         current = set(files)
         self._folds.drop_where(lambda k: k[0] == path and k[3] == name and (k[1] != stamp or k[2] not in current))
         return values
@@ -444,10 +454,14 @@ class Lake:
 
     def empty(self, table: Table) -> DataFrame:
         """An empty DataFrame with the table's columns (`literal_frame`: no Python workers)."""
+        from streamdi.spark import literal_frame
+
         return literal_frame(self._spark(), [], table.spark_schema())
 
     def to_frame(self, table: Table, data: pa.Table) -> DataFrame:
         """Arrow rows of `table` as a Spark DataFrame (`streamdi.spark.arrow_frame`), or `empty` when there are none."""
+        from streamdi.spark import arrow_frame
+
         return arrow_frame(self._spark(), data) if data.num_rows else self.empty(table)
 
     def read_arrow(self, table: Table, version: int | None = None) -> pa.Table:
@@ -553,7 +567,7 @@ class Lake:
     ) -> CommitResult:
         if not self.exists(table):
             self.ensure_table(table)
-        if isinstance(df, DataFrame) and self._executors_append(table, mode, deletes):
+        if _spark_frame(df) and self._executors_append(table, mode, deletes):
             return self._commit_files(table, df, app_id, version)
         data = self.to_arrow(table, df)
         doomed = self._delete_keys(table, deletes)
@@ -625,8 +639,7 @@ class Lake:
         of an earlier attempt that crashed before its commit (in the scratch directory, or moved into the table but
         never committed, so no snapshot refers to them) are replaced, under the same names: they are named after
         the app transaction and their position in the declared order."""
-        spark_schema = table.spark_schema()
-        frame = df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
+        frame = _declared_frame(table, df)
         order = list(table.order_by or table.key)
         if order:
             # hashed on the key into the session's shuffle partitions, each sorted: the files' contents do not depend
@@ -807,7 +820,7 @@ class Lake:
         if deletes is None:
             return None
         key_schema = pa.schema([table.arrow_schema().field(k) for k in table.key])
-        if isinstance(deletes, DataFrame):
+        if _spark_frame(deletes):
             deletes = deletes.select(*table.key).toArrow()
         keys = deletes.select(list(table.key)).cast(key_schema)
         if keys.num_rows == 0:
@@ -960,13 +973,11 @@ class Lake:
 
     def to_arrow(self, table: Table, df: DataFrame | pa.Table) -> pa.Table:
         """Rows of `df` as an Arrow table with exactly the declared schema, in the declared order."""
-        if isinstance(df, DataFrame):
+        if _spark_frame(df):
             missing = [c for c in table.column_names if c not in df.columns]
             if missing:
                 raise ValueError(f"{table.qualified_name}: DataFrame lacks declared columns {missing}")
-            spark_schema = table.spark_schema()
-            df = df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
-            data = df.toArrow()
+            data = _declared_frame(table, df).toArrow()
         else:
             data = df.select(table.column_names)
         data = data.cast(table.arrow_schema())
@@ -1089,3 +1100,15 @@ def _sorted(data: pa.Table, table: Table) -> pa.Table:
     if not order or data.num_rows == 0:
         return data
     return data.sort_by([(c, "ascending") for c in order])
+
+
+def _spark_frame(rows: DataFrame | pa.Table | None) -> bool:
+    """Whether `rows` is a Spark DataFrame (the other kinds a commit takes are Arrow tables and None)."""
+    return rows is not None and not isinstance(rows, pa.Table)
+
+
+def _declared_frame(table: Table, df: DataFrame) -> DataFrame:
+    """`df`'s declared columns, in the declared order and types."""
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table.spark_schema().fields])

@@ -1065,12 +1065,19 @@ def test_a_fold_over_files_computes_each_data_file_once_and_forgets_the_files_a_
 
     lake.append(table, arrow_rows(table, [row(i) for i in range(1, 4)]), app_id="a", version=1)
     lake.append(table, arrow_rows(table, [row(10)]), app_id="a", version=2)
-    assert sorted(lake.fold_files(table, ["id"], "sum", total)) == [6, 10]
-    assert sorted(lake.fold_files(table, ["id"], "sum", total)) == [6, 10] and sorted(folded) == [1, 3]
+    assert sorted(lake.fold_files(table, ["id"], "sum", total).values()) == [6, 10]
+    assert sorted(lake.fold_files(table, ["id"], "sum", total).values()) == [6, 10] and sorted(folded) == [1, 3]
     lake.append(table, arrow_rows(table, [row(20)]), app_id="a", version=3)
-    assert sorted(lake.fold_files(table, ["id"], "sum", total)) == [6, 10, 20] and len(folded) == 3
+    assert sorted(lake.fold_files(table, ["id"], "sum", total).values()) == [6, 10, 20] and len(folded) == 3
     lake.upsert(table, arrow_rows(table, [row(10, name="changed"), row(11)]), app_id="b", version=4)
-    assert sum(lake.fold_files(table, ["id"], "sum", total)) == 6 + 10 + 11 + 20
+    assert sum(lake.fold_files(table, ["id"], "sum", total).values()) == 6 + 10 + 11 + 20
+
+    # another process (a new Lake) takes the values it is given for the files it has not folded, and folds the rest
+    files, before = list(lake.fold_files(table, ["id"], "sum", total)), len(folded)
+    again = Lake(tmp_path / "lake")
+    got = again.fold_files(table, ["id"], "sum", total, known={files[0]: -1})
+    assert list(got) == files and got[files[0]] == -1
+    assert len(folded) == before + len(files) - 1
 
 
 def test_a_resident_table_whose_reads_cost_less_than_a_whole_read_stays_on_disk(tmp_path):

@@ -74,7 +74,9 @@ def arrow(table: Table, rows: list[dict]) -> pa.Table:
     return pa.table({f.name: pa.array([r.get(f.name) for r in rows], f.type) for f in schema}, schema=schema)
 
 
-def test_validation_counts_count_each_table_the_joined_fact_rows_and_the_inactive_ones(spark, settings, tmp_path):
+def test_validation_counts_count_each_table_the_joined_fact_rows_and_the_inactive_ones(
+    spark, settings, tmp_path, monkeypatch
+):
     ctx = JobContext(settings, spark=spark, lake=Lake(tmp_path / "lake", spark))
     lake = ctx.lake
 
@@ -121,6 +123,7 @@ def test_validation_counts_count_each_table_the_joined_fact_rows_and_the_inactiv
         ],
     )
     got = messages.validation_counts(ctx)
+    assert fresh_process_counts(ctx, monkeypatch) == (got, 0)
     assert list(got) == [(s, t) for s, t in messages.VALIDATION_MESSAGES]
     assert len(got) == 24
     expected = {k: int(v) for k, v in ZERO.items()} | {
@@ -144,9 +147,32 @@ def test_validation_counts_count_each_table_the_joined_fact_rows_and_the_inactiv
     put(wh.FACT_CASH_BALANCES, [cash | {"accountid": 8, "sk_accountid": 50, "sk_dateid": 20170707}], version=2)
     again = messages.validation_counts(ctx)
     assert (again[("FactWatches", "Row count joined")], again[("FactCashBalances", "Row count joined")]) == (2, 2)
+    assert fresh_process_counts(ctx, monkeypatch) == (again, 0)
     lake.overwrite(wh.DIM_DATE, arrow(wh.DIM_DATE, []), app_id="test/date", version=1)
+    # a new process is the first to see the day go: it counts every file again
+    assert fresh_process_counts(ctx, monkeypatch)[1] == 3
     gone = messages.validation_counts(ctx)
     assert (gone[("FactWatches", "Row count joined")], gone[("FactCashBalances", "Row count joined")]) == (0, 0)
+    assert fresh_process_counts(ctx, monkeypatch) == (gone, 0)
+
+
+def fresh_process_counts(ctx: JobContext, monkeypatch) -> tuple[dict, int]:
+    """`validation_counts` as a new process on the same lake makes them (a new Lake, no keys seen), and how many
+    data files it read to count the joined rows: none while the counts the last process left hold."""
+    read = []
+    real = Lake.__dict__["_file_whole"]  # the staticmethod itself
+    monkeypatch.setattr(
+        Lake, "_file_whole", staticmethod(lambda file, schema: read.append(file) or real.__func__(file, schema))
+    )
+    seen = dict(messages._SEEN)
+    messages._SEEN.clear()
+    try:
+        counts = messages.validation_counts(JobContext(ctx.settings, spark=ctx.spark, lake=Lake(ctx.lake.root)))
+    finally:
+        messages._SEEN.clear()
+        messages._SEEN.update(seen)
+        monkeypatch.setattr(Lake, "_file_whole", real)
+    return counts, len(read)
 
 
 def dimessages(ctx: JobContext) -> list[dict]:
