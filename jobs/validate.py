@@ -32,7 +32,8 @@ from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from streamdi.context import JobContext
 from streamdi.lake import Lake, within_range
-from streamdi.quality import CheckOutcome, validator
+from streamdi.pools import kept_pool
+from streamdi.quality import CheckOutcome, Validated, validator
 from streamdi.suites import Suite, key_parameters, suite_path
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ NATURAL_KEYS: dict[str, str] = {
     wh.DIM_ACCOUNT.name: "accountid",
 }
 _WRITTEN = pa.array(["insert", "update_postimage"])
+CHECK_THREADS = 3  # a step's tables checked at once: T2 and T3 commit three tables with suites
 
 
 @dataclass
@@ -134,29 +136,32 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
     """Run the suite of every table `step` committed in micro-batch `batch_id`, record the results once per
     (step, attempt), and return what they found. From attempt 1 on (after a resume) halt checks only warn."""
     checks = StepChecks(step)
-    written = []
-    for table in STEP_TABLES.get(step, ()):
-        if not suite_path(table).is_file():
-            continue
-        rows = written_rows(ctx.lake, table, f"{step}/{table.name}", batch_id)
-        if rows is not None and rows.num_rows:
-            written.append((table, rows))
+    # The tables' read-backs, their key lookups and their validations overlap (a validation on the warm server
+    # leaves this process idle; one in this process holds the GIL, and the lookups run in its gaps); the outcomes
+    # are taken in the step's table order.
+    pool = kept_pool("step-checks", CHECK_THREADS)
+    tables = [table for table in STEP_TABLES.get(step, ()) if suite_path(table).is_file()]
+    read = pool.map(lambda table: written_rows(ctx.lake, table, f"{step}/{table.name}", batch_id), tables)
+    written = [(table, rows) for table, rows in zip(tables, read, strict=True) if rows is not None and rows.num_rows]
     if not written:  # nothing to check: Great Expectations (seconds to import in a new process) is not waited for
         return checks
     quality = validator()
-    results = []
-    for table, rows in written:
+
+    def validated(table: Table, rows: pa.Table) -> Validated:
         suite = quality.suite_for(table)
-        validated = quality.validate(
-            suite, rows, batch_id, resumed=attempt > 0, parameters=key_values(ctx.lake, suite, rows)
-        )
-        checks.outcomes[suite.name] = validated.outcomes
-        checks.rows[suite.name] = rows.num_rows
-        checks.halts.extend(o.describe(suite.name) for o in validated.halts)
-        results.append(validated.result_rows(batch_id, attempt))
-        for o in validated.outcomes:
+        parameters = key_values(ctx.lake, suite, rows)
+        return quality.validate(suite, rows, batch_id, resumed=attempt > 0, parameters=parameters)
+
+    results = []
+    for (_, rows), done in zip(written, pool.map(lambda w: validated(*w), written), strict=True):
+        name = done.suite.name
+        checks.outcomes[name] = done.outcomes
+        checks.rows[name] = rows.num_rows
+        checks.halts.extend(o.describe(name) for o in done.halts)
+        results.append(done.result_rows(batch_id, attempt))
+        for o in done.outcomes:
             if not o.success:
-                log.warning("micro-batch %s after %s: %s (%s)", batch_id, step, o.describe(suite.name), o.action)
+                log.warning("micro-batch %s after %s: %s (%s)", batch_id, step, o.describe(name), o.action)
     if results:
         ctx.lake.append(
             QUALITY_RESULTS,

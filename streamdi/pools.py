@@ -2,9 +2,9 @@
 
 A long-lived process (the stream service) runs every micro-batch on the same threads, and `streamdi.lake.Lake` keeps
 its open Delta tables per thread: on kept threads they are caught up (~1 ms) instead of opened again (5-12 ms each).
-Used by the transform's steps (`jobs.transform`), T2's Prospect (`jobs.create_accounts`), the stage's commits
-(`jobs.stage`), the migration's read-ahead (`streamdi.migrator`) and the migration beside the transform
-(`streamdi.run.pipeline`).
+Used by the transform's steps (`jobs.transform`), their warehouse suites (`jobs.validate`), T2's Prospect
+(`jobs.create_accounts`), the stage's commits (`jobs.stage`), the migration's read-ahead (`streamdi.migrator`) and
+the migration beside the transform (`streamdi.run.pipeline`).
 """
 
 from __future__ import annotations
