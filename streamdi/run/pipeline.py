@@ -122,7 +122,7 @@ def transform_job(
         return detail
     batch_log.mark(batch_id, "transform", "done", now=wall_clock(), detail=detail)
     if compact:
-        detail["compacted"] = compact_job(ctx)
+        detail["compacted"] = compact_job(ctx, written_only=True)
     return detail
 
 
@@ -163,12 +163,14 @@ def transform_step_job(ctx: JobContext, batch_id: int, step: str, *, earlier: It
 
 
 @_leased
-def compact_job(ctx: JobContext) -> dict[str, int]:
+def compact_job(ctx: JobContext, *, written_only: bool = False) -> dict[str, int]:
     """Compact the lake's tables that have piled up `compact_small_files` small files (`Lake.compact`): after a
     micro-batch's transform, so the next micro-batch reads few files. The micro-batch's data is committed and
     marked done first; compaction changes no rows, and a table it cannot compact is logged and retried after
-    the next micro-batch."""
-    return ctx.lake.compact(ctx.settings.compact_small_files)
+    the next micro-batch. `written_only` looks only at the tables this process committed to since its last
+    compaction: for a process that staged and transformed the micro-batch itself (not an Airflow step task, whose
+    steps' commits were made by other processes)."""
+    return ctx.lake.compact(ctx.settings.compact_small_files, written_only=written_only)
 
 
 @_leased
@@ -233,7 +235,7 @@ class MigrationBeside:
     def migrate_job(self, ctx: JobContext, batch_id: int) -> dict:
         assert self._migration is not None, "the transform runs first"
         detail = migrate_job(ctx, batch_id, beside=self._migration)
-        detail["compacted"] = compact_job(ctx)  # the transform left it for after the batch is visible
+        detail["compacted"] = compact_job(ctx, written_only=True)  # left for after the batch is visible
         return detail
 
     def _abandon(self, reason: str) -> None:

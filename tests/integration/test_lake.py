@@ -709,6 +709,25 @@ def test_compact_merges_small_files_and_keeps_rows_transactions_history_and_chan
     assert lake.version(table) == compaction.table_version
 
 
+def test_compacting_what_was_written_looks_only_at_the_tables_this_lake_committed_to_since(tmp_path):
+    """`compact(written_only=True)`: the tables this Lake committed to since its last such call, not those another
+    process wrote; a full pass still finds those."""
+    mine, theirs = lake_table("mine"), lake_table("theirs")
+    other = Lake(tmp_path)  # another process's writes
+    for batch in range(1, 4):
+        other.append(theirs, arrow_rows(theirs, [row(batch)]), app_id="stage/x", version=batch)
+    lake = Lake(tmp_path)
+    for batch in range(1, 4):
+        lake.append(mine, arrow_rows(mine, [row(batch)]), app_id="stage/x", version=batch)
+
+    assert lake.compact(3, written_only=True) == {"warehouse.mine": 3}
+    lake.append(mine, arrow_rows(mine, [row(9)]), app_id="stage/x", version=9)
+    assert lake.compact(3, written_only=True) == {}  # two small files now; `theirs` is not looked at
+    assert data_files(lake, theirs) == 3
+    assert lake.compact(3) == {"warehouse.theirs": 3}
+    assert lake.read_arrow(theirs).to_pylist() == [row(i) for i in range(1, 4)]
+
+
 COMPACT_IN_CHILD = (  # leaves with os._exit, as READ_IN_FRESH_PROCESS does
     "import os, sys; from pathlib import Path; from streamdi.lake import Lake; "
     "print(Lake(Path(sys.argv[1])).compact(2)); sys.stdout.flush(); os._exit(0)"
