@@ -361,17 +361,9 @@ class RemoteValidator(Validating):
             self._connected()
 
     def check(self, suite, rows, batch_id, *, resumed=False, parameters=None):
-        request = (
-            "validate",
-            suite.name,
-            tuple(c.id for c in suite.checks),
-            gx_remote.table_message(rows.select(frame_columns(suite, rows))),
-            batch_id,
-            resumed,
-            parameters,
-        )
+        request = ("validate", suite.name, tuple(c.id for c in suite.checks), batch_id, resumed, parameters)
         with self._lock:
-            answer = self._ask(request)
+            answer = self._ask(request, rows.select(frame_columns(suite, rows)))
         if answer is None:  # no server: this process validates
             return self._local.check(suite, rows, batch_id, resumed=resumed, parameters=parameters)
         if answer[0] != "ok":
@@ -396,12 +388,14 @@ class RemoteValidator(Validating):
                 return False
         return True
 
-    def _ask(self, request: tuple) -> tuple | None:
+    def _ask(self, request: tuple, rows: pa.Table | None = None) -> tuple | None:
         for attempt in range(1, ASK_ATTEMPTS + 1):
             if not self._connected():
                 return None
             try:
                 gx_remote.send(self._conn, request)
+                if rows is not None:
+                    gx_remote.send_table(self._conn, rows)
                 return gx_remote.recv(self._conn)
             except (OSError, EOFError) as exc:  # the server died: again, on a server started again
                 self._conn.close()

@@ -5,7 +5,8 @@
 every suite, checked as always: a bad suite ends the server with the same SuiteError a process would raise), then
 listens. Each client connection gets a thread; validations run one at a time, as in a process. Requests:
 
-- `("validate", suite name, check ids, rows, batch id, resumed, parameters)` -> `("ok", outcomes, failing rows)`
+- `("validate", suite name, check ids, batch id, resumed, parameters)`, followed by the rows (`recv_table`) ->
+  `("ok", outcomes, failing rows)`
   with each outcome as `(check id, success, element count, unexpected count, action, failing values, error)` and
   the row positions the quarantine checks failed, or `("error", message)` when the validation raised;
 - `("ping",)` -> `("ok", pid)`;
@@ -30,7 +31,9 @@ import threading
 import time
 from dataclasses import replace
 
-from streamdi.gx_remote import Endpoint, endpoint, ensure_folder, message_table, recv, send
+import pyarrow as pa
+
+from streamdi.gx_remote import Endpoint, endpoint, ensure_folder, recv, recv_table, send
 from streamdi.quality import Validator, local_validator
 
 log = logging.getLogger("streamdi.gx_server")
@@ -91,33 +94,32 @@ class Server:
                 while not self.stopping.is_set():
                     try:
                         request = recv(conn)
-                    except (EOFError, ConnectionError):
+                        rows = recv_table(conn) if request[0] == "validate" else None
+                    except (EOFError, ConnectionError, pa.ArrowInvalid):
                         return
-                    send(conn, self._answer(request))
+                    send(conn, self._answer(request, rows))
         finally:
             with self._state:
                 self.clients -= 1
                 self.last_seen = time.monotonic()
 
-    def _answer(self, request) -> tuple:
+    def _answer(self, request: tuple, rows: pa.Table | None) -> tuple:
         if request[0] == "stop":
             self.stopping.set()
             return ("ok",)
         if request[0] == "ping":
             return ("ok", os.getpid())
-        _, name, check_ids, rows, batch_id, resumed, parameters = request
+        _, name, check_ids, batch_id, resumed, parameters = request
         try:
             suite = self.validator.suites[name]
             if check_ids != tuple(c.id for c in suite.checks):
                 suite = replace(suite, checks=tuple(c for c in suite.checks if c.id in set(check_ids)))
-            outcomes, failing = self.validator.check(
-                suite, message_table(rows), batch_id, resumed=resumed, parameters=parameters
-            )
+            outcomes, failing = self.validator.check(suite, rows, batch_id, resumed=resumed, parameters=parameters)
         except Exception as exc:
             log.exception("validating %s", name)
             return ("error", f"{type(exc).__name__}: {exc}")
         finally:
-            if rows.size >= RETURN_MEMORY_AFTER:
+            if rows.nbytes >= RETURN_MEMORY_AFTER:
                 _return_memory()
         return (
             "ok",

@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from builders import staged_trades
 
@@ -188,3 +189,15 @@ def test_the_server_stops_when_idle_and_when_asked(server_dir):
     while pid in _server_pids(server_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert pid not in _server_pids(server_dir)
+
+
+def test_a_slice_of_a_large_table_travels_in_record_batches_and_alone(server_dir):
+    """A slice sends its own rows only, in several record batches on the wire (`gx_remote.TABLE_CHUNK_ROWS`)."""
+    big = pa.concat_tables([ROWS] * 20_000)  # 120,000 rows
+    part = big.slice(6, 90_000)  # 15,000 whole copies of ROWS: two record batches
+    remote = RemoteValidator(load_suites(registry=False), idle_timeout=60)
+    got = remote.validate(remote.suites["staging.trade"], part, batch_id=3)
+    failed = {o.check.id: (o.unexpected_count, o.element_count) for o in got.outcomes if not o.success}
+    assert failed["status_is_a_status_code"] == (30_000, 90_000)
+    assert failed["quantity_is_positive"] == (15_000, 90_000)
+    assert got.kept.num_rows == 30_000 and got.quarantined.num_rows == 60_000
