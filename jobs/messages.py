@@ -323,16 +323,19 @@ def joined_count(
     finds."""
     columns = [lookup.column for lookup in lookups]
 
+    folded = []  # files counted here (not taken from memory or from disk)
+
     def fold(rows: pa.Table) -> tuple[int, pa.Table]:
+        folded.append(rows.num_rows)
         kept = _joined(rows, lookups, keys)
         if kept is None:
             return rows.num_rows, rows.slice(0, 0)
         return int(pc.sum(kept.cast(pa.int64())).as_py() or 0), rows.filter(pc.invert(kept))
 
     stored = Kept(lake.root)
-    known = stored.counts(table, epoch)
-    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold, known=known)
-    if parts.keys() != known.keys():
+    # read from disk only when this process lacks a file's count (a warm process reads nothing)
+    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold, known=stored.lazy_counts(table, epoch))
+    if folded:  # whatever is on disk lacks these: keep the whole set
         stored.keep_counts(table, epoch, parts)
     left = [rows for _, rows in parts.values() if rows.num_rows]
     again = joined_rows(pa.concat_tables(left), lookups, keys) if left else 0
