@@ -334,7 +334,7 @@ def joined_count(
 
     stored = Kept(lake.root)
     # read from disk only when this process lacks a file's count (a warm process reads nothing)
-    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold, known=stored.lazy_counts(table, epoch))
+    parts = lake.fold_files(table, columns, f"messages/joined/{epoch}", fold, known=lambda: stored.counts(table, epoch))
     if folded:  # whatever is on disk lacks these: keep the whole set
         stored.keep_counts(table, epoch, parts)
     left = [rows for _, rows in parts.values() if rows.num_rows]

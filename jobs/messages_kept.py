@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,10 +64,6 @@ class Kept:
             for file, joined in meta["joined"].items()
         }
 
-    def lazy_counts(self, table: Table, epoch: int) -> Mapping[str, tuple[int, pa.Table]]:
-        """`counts`, read on first use."""
-        return _Lazy(lambda: self.counts(table, epoch))
-
     def keep_counts(self, table: Table, epoch: int, counts: Mapping[str, tuple[int, pa.Table]]) -> None:
         if not counts:
             return
@@ -90,25 +86,3 @@ class Kept:
         with pa.OSFile(str(scratch), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
             writer.write_table(rows)
         os.replace(scratch, self.folder / name)
-
-
-class _Lazy(Mapping):
-    """A mapping made by `load` on its first use."""
-
-    def __init__(self, load: Callable[[], Mapping]) -> None:
-        self._load = load
-        self._made: Mapping | None = None
-
-    def _mapping(self) -> Mapping:
-        if self._made is None:
-            self._made = self._load()
-        return self._made
-
-    def __getitem__(self, key):
-        return self._mapping()[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._mapping())
-
-    def __len__(self) -> int:
-        return len(self._mapping())

@@ -146,8 +146,7 @@ def stop_all() -> list[str]:
     """Ask every server of this user to stop; the fingerprints of those that were running."""
     stopped = []
     for path in sorted(folder().glob("gx-*.sock")) if folder().is_dir() else []:
-        where = Endpoint(path, path.with_suffix(".lock"), path.with_suffix(".log"))
-        client = try_connect(where)
+        client = try_connect(endpoint(path.stem.removeprefix("gx-")))
         if client is None:
             continue
         with client, contextlib.suppress(OSError, EOFError):

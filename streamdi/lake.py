@@ -341,23 +341,25 @@ class Lake:
         columns: list[str],
         name: str,
         fold: Callable[[pa.Table], V],
-        known: Mapping[str, V] | None = None,
+        known: Callable[[], Mapping[str, V]] | None = None,
     ) -> dict[str, V]:
         """`fold` of the rows (`columns`, declared types) of each data file of the table's latest snapshot, by file
         (relative path), in the snapshot's order of files. A Delta data file never changes, so each file's value is
         computed once and kept under `name` while the file is in the snapshot: a table that grows by a few files a
-        micro-batch costs the new files only. `known` gives values an earlier process computed (under the same
-        `name`), taken for the files this process has not folded. `fold` must not return None; give a new `name`
-        when what it computes changes."""
+        micro-batch costs the new files only. `known()` gives values an earlier process computed (under the same
+        `name`), called once, on the first file this process has not folded, and taken for such files. `fold` must not
+        return None; give a new `name` when what it computes changes."""
         delta = self._delta(table)
         path, stamp = self.path(table), _first_commit_stamp(self.path(table))
         files = list(_data_files(delta))
         schema = pa.schema([table.arrow_schema().field(c) for c in columns])
         values = {}
+        loaded: Mapping[str, V] | None = None
         for f in files:
             value = self._folds.get((path, stamp, f, name))
             if value is None and known is not None:
-                value = known.get(f)
+                loaded = known() if loaded is None else loaded  # once, on the first miss
+                value = loaded.get(f)
             if value is None:
                 held = self._file_rows.get((path, stamp, f))  # a resident table's file already in memory
                 value = fold(held.select(columns) if held is not None else self._file_whole(path / f, schema))

@@ -1094,7 +1094,7 @@ def test_a_fold_over_files_computes_each_data_file_once_and_forgets_the_files_a_
     # another process (a new Lake) takes the values it is given for the files it has not folded, and folds the rest
     files, before = list(lake.fold_files(table, ["id"], "sum", total)), len(folded)
     again = Lake(tmp_path / "lake")
-    got = again.fold_files(table, ["id"], "sum", total, known={files[0]: -1})
+    got = again.fold_files(table, ["id"], "sum", total, known=lambda: {files[0]: -1})
     assert list(got) == files and got[files[0]] == -1
     assert len(folded) == before + len(files) - 1
 
