@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -82,7 +83,10 @@ def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Tab
     if commit is None:
         return None
     feed = lake.changes(table, commit.table_version, commit.table_version)
-    rows = feed.filter(pc.is_in(feed["_change_type"], value_set=_WRITTEN)).select(table.column_names)
+    written = pc.is_in(feed["_change_type"], value_set=_WRITTEN)
+    if not pc.all(written).as_py():  # a first load's feed is all inserts: kept as it is, not copied
+        feed = feed.filter(written)
+    rows = feed.select(table.column_names)
     natural = NATURAL_KEYS.get(table.name)
     if natural and rows.num_rows:
         current = lake.read_where(
@@ -93,7 +97,18 @@ def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Tab
         extra = current.filter(pc.invert(pc.is_in(current[table.key[0]], value_set=written_keys)))
         if extra.num_rows:
             rows = pa.concat_tables([rows, extra.select(table.column_names).cast(rows.schema)])
-    return rows.sort_by([(c, "ascending") for c in table.order_by])
+    return in_order(rows, table.order_by)
+
+
+def in_order(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """`rows` sorted by `columns`; as they are (no copy) when they already stand in that order, as a first load's
+    feed usually does (every write is in its table's declared order)."""
+    if rows.num_rows < 2 or not columns:
+        return rows
+    order = pc.sort_indices(rows.select(list(columns)), sort_keys=[(c, "ascending") for c in columns])
+    if pc.all(pc.equal(order, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))).as_py():
+        return rows
+    return rows.take(order)
 
 
 def key_values(lake: Lake, suite: Suite, rows: pa.Table) -> dict[str, list]:

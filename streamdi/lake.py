@@ -482,8 +482,8 @@ class Lake:
         and `_commit_version`.
         """
         reader = self._delta(table).load_cdf(starting_version=start_version, ending_version=end_version)
-        data = pa.RecordBatchReader.from_stream(reader).read_all()
-        # delta-rs returns string views and its own integer widths; give callers the declared types.
+        # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch is
+        # cast as it arrives and delta-rs's copy let go, so a first load's whole feed is held once, not twice.
         schema = pa.schema(
             [
                 *table.arrow_schema(),
@@ -491,7 +491,8 @@ class Lake:
                 pa.field("_commit_version", pa.int64()),
             ]
         )
-        return data.select(schema.names).cast(schema)
+        batches = pa.RecordBatchReader.from_stream(reader)
+        return pa.Table.from_batches([batch.select(schema.names).cast(schema) for batch in batches], schema)
 
     def history(self, table: Table, *, after: int | None = None) -> list[CommitInfo]:
         """Commits of the table, oldest first, with the app transaction each one carried; with `after`, only

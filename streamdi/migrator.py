@@ -85,7 +85,9 @@ def net_changes(changes: pa.Table, table: Table) -> tuple[pa.Table, pa.Table]:
     Raises ValueError if one commit changed the same key twice (the feed would be ambiguous).
     """
     key = list(table.key)
-    effective = changes.filter(pc.not_equal(changes["_change_type"], "update_preimage"))
+    preimage = pc.equal(changes["_change_type"], "update_preimage")
+    # a first load's feed has no pre-images: kept as it is, not copied
+    effective = changes.filter(pc.invert(preimage)) if pc.any(preimage).as_py() else changes
     if effective.num_rows == 0:
         empty = table.arrow_schema().empty_table()
         return empty, empty.select(key)
@@ -131,7 +133,9 @@ def rows_per_batch(changes: pa.Table, history: list[CommitInfo]) -> dict[int, in
     """Change rows (inserts, update post-images, deletes) of a change feed per batch of the commit that made them.
     Rows of commits that carry no app transaction belong to no batch and are not counted."""
     batch_of = {c.table_version: c.txn_version for c in history if c.txn_version is not None}
-    effective = changes.filter(pc.not_equal(changes["_change_type"], "update_preimage"))
+    preimage = pc.equal(changes["_change_type"], "update_preimage")
+    # a first load's feed has no pre-images: kept as it is, not copied
+    effective = changes.filter(pc.invert(preimage)) if pc.any(preimage).as_py() else changes
     counts: dict[int, int] = {}
     for entry in effective["_commit_version"].value_counts().to_pylist():
         batch = batch_of.get(entry["values"])
