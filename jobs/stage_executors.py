@@ -54,17 +54,6 @@ from streamdi.suites import MAX_DETAIL_VALUES, Check, Suite
 
 log = logging.getLogger(__name__)
 
-# Checks that judge a row by other rows: a piece alone cannot tell.
-CROSS_ROW = frozenset(
-    {
-        "expect_column_values_to_be_unique",
-        "expect_compound_columns_to_be_unique",
-        "expect_multicolumn_values_to_be_unique",
-        "expect_select_column_values_to_be_unique_within_record",
-        "expect_column_values_to_be_increasing",
-        "expect_column_values_to_be_decreasing",
-    }
-)
 WHOLE_COLUMN = "expect_column_values_to_be_unique"  # the one cross-row check run here, as a Spark aggregation
 UNIQUE_SUFFIX = "-unique"  # the side files of the checked columns, beside the scratch directory
 ORDER_COLUMNS = ("_task", "_row")  # in the side files: where each value stands (task, row in it)
@@ -98,7 +87,8 @@ def parse_here(suites: list[Suite | None], contract: Ordering | None = None) -> 
     for check in (c for suite in suites if suite is not None for c in suite.checks):
         if "mostly" in check.kwargs or "row_condition" in check.kwargs:
             return f"check {check.id} counts over the whole table (mostly, row_condition)"
-        if check.expectation in CROSS_ROW and (check.expectation != WHOLE_COLUMN or check.policy == "quarantine"):
+        cross_row = check.expectation in quality.CROSS_ROW
+        if cross_row and (check.expectation != WHOLE_COLUMN or check.policy == "quarantine"):
             return f"check {check.id} ({check.expectation}, {check.policy}) needs the whole table in one place"
     return None
 
@@ -126,7 +116,7 @@ def stage_on_executors(
             shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True)
         checks = suite.checks if suite is not None else ()
-        row_wise = tuple(c for c in checks if c.expectation not in CROSS_ROW)
+        row_wise = tuple(c for c in checks if c.expectation not in quality.CROSS_ROW)
         outputs.append(
             _Output(
                 name,

@@ -23,7 +23,11 @@ context, suites and batch definitions once per process and validates a table's r
 run (for the verdicts; the failed checks run once more for their counts and failing values). The rows arrive as
 Arrow (staging holds each parsed source in the driver before its commit) and are validated with Great
 Expectations' pandas engine: on a 1,000-row micro-batch its Spark engine costs seconds per suite (one or more
-Spark jobs per metric), this one about 0.1 s.
+Spark jobs per metric), this one about 0.1 s. A table of more than `PIECE_ROWS` rows is checked in pieces by the
+checks that judge each row alone (`row_wise`), with the outcomes of one whole-table check (`merged_outcome`).
+
+Long because one validation has three places to run (`Validator` here, `RemoteValidator` on the warm server, and the
+piecewise split both share in `Validating`), and all three must give the same outcomes from the same findings.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -48,6 +52,23 @@ from streamdi.settings import load_settings
 from streamdi.suites import MAX_DETAIL_VALUES, Check, Suite, check_columns, condition_columns, load_suites
 
 log = logging.getLogger(__name__)
+
+# A suite's row-wise checks (`row_wise`) see at most this many rows at once: the pandas frame of a large table's
+# checked columns (with its Python date objects) costs several times its Arrow size.
+PIECE_ROWS = 1_000_000
+# Expectations on each row's own values (Great Expectations' map expectations) ...
+ROW_WISE_PREFIXES = ("expect_column_values_to_", "expect_column_pair_values_", "expect_multicolumn_sum_values_")
+# ... except those that judge a row by other rows: a piece alone cannot tell.
+CROSS_ROW = frozenset(
+    {
+        "expect_column_values_to_be_unique",
+        "expect_compound_columns_to_be_unique",
+        "expect_multicolumn_values_to_be_unique",
+        "expect_select_column_values_to_be_unique_within_record",
+        "expect_column_values_to_be_increasing",
+        "expect_column_values_to_be_decreasing",
+    }
+)
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -138,9 +159,43 @@ class Validating:
         batch) a failed halt check is `overridden`: recorded, and the rows stay."""
         if not suite.checks:
             return Validated(suite, rows, QUARANTINE.arrow_schema().empty_table())
-        outcomes, failing_rows = self.check(suite, rows, batch_id, resumed=resumed, parameters=parameters)
+        outcomes, failing_rows = self._check_in_pieces(suite, rows, batch_id, resumed=resumed, parameters=parameters)
         kept, quarantined = _split(suite, rows, batch_id, failing_rows)
         return Validated(suite, kept, quarantined, outcomes)
+
+    def _check_in_pieces(self, suite, rows, batch_id, *, resumed, parameters):
+        """`check` with the same findings, run so that no frame of more than `PIECE_ROWS` rows is ever built for
+        the checks that judge each row alone (`row_wise`): those see consecutive pieces of the rows and their
+        outcomes are merged (`merged_outcome`, row positions shifted by the piece's start); the others see all
+        rows at once, but only the columns they name (`frame_columns`). A large table (FactMarketHistory in a
+        first load) thereby never becomes one pandas frame of all its checked columns."""
+        if rows.num_rows <= PIECE_ROWS:
+            return self.check(suite, rows, batch_id, resumed=resumed, parameters=parameters)
+        pieces = tuple(c for c in suite.checks if row_wise(c))
+        whole = tuple(c for c in suite.checks if not row_wise(c))
+        found: dict[str, CheckOutcome] = {}
+        failing: dict[int, list[str]] = {}
+        if whole:
+            outcomes, positions = self.check(
+                replace(suite, checks=whole), rows, batch_id, resumed=resumed, parameters=parameters
+            )
+            found.update((o.check.id, o) for o in outcomes)
+            for position, ids in positions.items():
+                failing.setdefault(position, []).extend(ids)
+        if pieces:
+            part = replace(suite, checks=pieces)
+            parts: dict[str, list[CheckOutcome]] = {c.id: [] for c in pieces}
+            for start in range(0, rows.num_rows, PIECE_ROWS):
+                piece = rows.slice(start, PIECE_ROWS)
+                outcomes, positions = self.check(part, piece, batch_id, resumed=resumed, parameters=parameters)
+                for o in outcomes:
+                    parts[o.check.id].append(o)
+                for position, ids in positions.items():
+                    failing.setdefault(start + position, []).extend(ids)
+            found.update((c.id, merged_outcome(c, parts[c.id], resumed=resumed)) for c in pieces)
+        order = {c.id: i for i, c in enumerate(suite.checks)}  # a row's failed checks in suite order, as `check`
+        in_order = {position: sorted(ids, key=order.__getitem__) for position, ids in failing.items()}
+        return [found[c.id] for c in suite.checks], in_order
 
     def check(self, suite, rows, batch_id, *, resumed=False, parameters=None):
         """`validate`'s findings, before the split: every check's outcome (a list of CheckOutcome, in suite order),
@@ -277,6 +332,17 @@ def merged_outcome(check: Check, parts: list[CheckOutcome], *, resumed: bool) ->
         action=action_of(check, success, resumed=resumed),
         failing_values=values,
         error=next((p.error for p in parts if p.error), None),
+    )
+
+
+def row_wise(check: Check) -> bool:
+    """Whether `check` judges each row alone, so that its outcome on a table is `merged_outcome` of its outcomes on
+    pieces of it: an expectation on each row's values (not an aggregate, not uniqueness or order across rows), with
+    no `mostly` (a share of the whole table)."""
+    return (
+        check.expectation.startswith(ROW_WISE_PREFIXES)
+        and check.expectation not in CROSS_ROW
+        and "mostly" not in check.kwargs
     )
 
 

@@ -158,6 +158,70 @@ def test_each_policy_does_what_it_says(tmp_path):
     assert resumed.halts == []
 
 
+PIECED = """
+table: staging.trade
+checks:
+  - {id: known_status, expectation: expect_column_values_to_be_in_set, policy: quarantine,
+     kwargs: {column: t_st_id, value_set: [CMPT, SBMT]}}
+  - {id: unique_id, expectation: expect_column_values_to_be_unique, kwargs: {column: t_id}, policy: warn}
+  - {id: submitted_price, expectation: expect_column_values_to_be_between, policy: warn,
+     kwargs: {column: t_bid_price, max_value: 50, row_condition: 't_st_id == "SBMT"', condition_parser: pandas}}
+  - {id: not_too_many, expectation: expect_table_row_count_to_be_between, kwargs: {max_value: 3}, policy: halt}
+  - {id: positive_quantity, expectation: expect_column_values_to_be_between, kwargs: {column: t_qty, min_value: 1},
+     policy: quarantine}
+"""
+
+
+def test_a_large_table_is_checked_in_pieces_with_the_outcomes_of_one_check(tmp_path, monkeypatch):
+    """Above `PIECE_ROWS` rows, the checks that judge each row alone see pieces of the rows and their outcomes are
+    merged; uniqueness and the row count see every row (only their columns). Counts, failing values, quarantined
+    rows and the checks each row failed are those of a whole-table validation."""
+    suite = load_suites(suites_in(tmp_path, staging__trade=PIECED))["staging.trade"]
+    validator = Validator({suite.name: suite})
+    seen = []
+    check = validator.check
+
+    def spied(part, rows, *args, **kwargs):
+        seen.append(([c.id for c in part.checks], rows["t_id"].to_pylist()))
+        return check(part, rows, *args, **kwargs)
+
+    monkeypatch.setattr(validator, "check", spied)
+    monkeypatch.setattr(quality, "PIECE_ROWS", 2)
+    rows = staged_trades(
+        (1, "CMPT", 10, "20.00"),
+        (2, "XXXX", 10, "20.00"),  # unknown status: quarantined
+        (2, "SBMT", 0, "70.00"),  # a second trade 2; zero quantity: quarantined; submitted price warned
+        (4, "NOPE", -5, "30.00"),  # fails both quarantine checks
+        (5, "SBMT", 1, "90.00"),  # submitted price warned
+    )
+
+    checked = validator.validate(suite, rows, batch_id=4)
+
+    row_wise = ["known_status", "submitted_price", "positive_quantity"]
+    assert seen == [
+        (["unique_id", "not_too_many"], [1, 2, 2, 4, 5]),
+        (row_wise, [1, 2]),
+        (row_wise, [2, 4]),
+        (row_wise, [5]),
+    ]
+    assert [
+        (o.check.id, o.success, o.element_count, o.unexpected_count, o.action, o.failing_values)
+        for o in checked.outcomes
+    ] == [
+        ("known_status", False, 5, 2, "quarantined", ("XXXX", "NOPE")),
+        ("unique_id", False, 5, 2, "warned", (2, 2)),
+        ("submitted_price", False, 2, 2, "warned", (70.0, 90.0)),
+        ("not_too_many", False, 5, 0, "halted", ()),
+        ("positive_quantity", False, 5, 2, "quarantined", (0, -5)),
+    ]
+    assert checked.kept["t_id"].to_pylist() == [1, 5]
+    assert [(json.loads(q["row_key"])["line_no"], q["check_ids"]) for q in checked.quarantined.to_pylist()] == [
+        (2, "known_status"),
+        (3, "positive_quantity"),
+        (4, "known_status,positive_quantity"),
+    ]
+
+
 def test_rows_that_pass_every_check_are_kept_whole(tmp_path):
     suite = load_suites(suites_in(tmp_path, staging__trade=TRADE_SUITE))["staging.trade"]
     rows = staged_trades((1, "CMPT", 10, "20.00"), (2, "SBMT", 3, "5.10"))
