@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -52,6 +53,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.transaction import AddAction
 
 from schemas.model import Table
+from streamdi.delta_appends import appended_files
 from streamdi.errors import LakeDiskFull
 from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
@@ -481,9 +483,6 @@ class Lake:
         Columns: the table's columns plus `_change_type` (insert, update_preimage, update_postimage, delete)
         and `_commit_version`.
         """
-        reader = self._delta(table).load_cdf(starting_version=start_version, ending_version=end_version)
-        # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch is
-        # cast as it arrives and delta-rs's copy let go, so a first load's whole feed is held once, not twice.
         schema = pa.schema(
             [
                 *table.arrow_schema(),
@@ -491,6 +490,14 @@ class Lake:
                 pa.field("_commit_version", pa.int64()),
             ]
         )
+        delta = self._delta(table)
+        last = delta.version() if end_version is None else end_version
+        appended = appended_files(self.path(table), start_version, last)
+        if appended is not None:  # only rows added: the feed is their files' rows (`streamdi.delta_appends`)
+            return pa.Table.from_batches(_inserts(appended, table, schema), schema)
+        reader = delta.load_cdf(starting_version=start_version, ending_version=end_version)
+        # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch is
+        # cast as it arrives and delta-rs's copy let go, so a feed is held once, not twice.
         batches = pa.RecordBatchReader.from_stream(reader)
         return pa.Table.from_batches([batch.select(schema.names).cast(schema) for batch in batches], schema)
 
@@ -1031,6 +1038,24 @@ def _data_files(delta: DeltaTable) -> dict[str, int]:
     if not actions.num_rows:
         return {}
     return dict(zip((unquote(f) for f in actions["path"].to_pylist()), actions["size_bytes"].to_pylist(), strict=True))
+
+
+def _inserts(appended: list[tuple[int, list[Path]]], table: Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The change feed of commits that only added files: every row of each file, an insert of its commit."""
+    names = table.column_names
+    for version, files in appended:
+        if not files:
+            continue
+        for batch in (b.select(names) for f in files for b in pq.ParquetFile(f).iter_batches(columns=names)):
+            n = batch.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [
+                    *batch.cast(table.arrow_schema()).columns,
+                    pa.nulls(n, pa.string()).fill_null("insert"),
+                    pa.array(np.full(n, version, dtype=np.int64)),
+                ],
+                schema=schema,
+            )
 
 
 def _first_commit_stamp(path: Path) -> tuple[int, int] | None:

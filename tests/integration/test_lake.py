@@ -26,6 +26,7 @@ from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from schemas.model import Column as C
 from schemas.model import Table
+from streamdi.delta_appends import appended_files
 from streamdi.lake import CommitInfo, CommitResult, Lake
 
 pytestmark = pytest.mark.integration
@@ -409,6 +410,36 @@ def test_change_feed_between_versions_gives_exactly_each_commits_changes(spark, 
         "_change_type",
         "_commit_version",
     ]
+
+
+def test_a_feed_of_appends_is_read_from_their_files_with_the_rows_delta_rs_gives(spark, lake_dir):
+    """Commits that only add files (written by delta-rs and by Spark's executors) give their feed from those files
+    (`streamdi.delta_appends`): the same rows and types as delta-rs's change data feed. A range with a MERGE in it is
+    asked of delta-rs."""
+    lake = Lake(lake_dir, spark)
+    table = lake_table("appends")
+    lake.append(table, arrow_rows(table, [row(1), row(2, amount=None, name=None)]), app_id="a", version=1)
+    lake.append(table, spark_rows(spark, [row(3), row(4, trade_day=None)]), app_id="a", version=2)
+    lake.upsert(table, arrow_rows(table, [row(1, name="changed")]), app_id="a", version=3)
+
+    assert appended_files(lake.path(table), 1, 2) is not None
+    assert appended_files(lake.path(table), 1, 3) is None
+    from_delta_rs = pa.RecordBatchReader.from_stream(DeltaTable(lake.path(table)).load_cdf(1, 2)).read_all()
+    expected = sorted(from_delta_rs.to_pylist(), key=lambda r: r["id"])
+    for r in expected:
+        del r["_commit_timestamp"]
+    assert (
+        feed(lake, table, 1, 2)
+        == expected
+        == [
+            change("insert", 1, row(1)),
+            change("insert", 1, row(2, amount=None, name=None)),
+            change("insert", 2, row(3)),
+            change("insert", 2, row(4, trade_day=None)),
+        ]
+    )
+    assert lake.changes(table, 1, 2).schema == lake.changes(table, 1, 3).schema
+    assert [r["_change_type"] for r in feed(lake, table, 3, 3)] == ["update_preimage", "update_postimage"]
 
 
 def test_history_carries_the_app_transaction_of_each_streamdi_commit(lake_dir):
