@@ -36,7 +36,9 @@ import re
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
@@ -150,6 +152,10 @@ class Lake:
         self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT)
         self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)
         self._written: set[Path] = set()  # tables this Lake committed to since its last `compact(written_only=True)`
+        # Change feeds someone still holds, or that one thread is reading: (path, first commit, start, end) -> a weak
+        # reference to the feed, or the Future of its read (`changes`)
+        self._feeds: dict[tuple, weakref.ref | Future] = {}
+        self._feeds_lock = threading.Lock()
         self._written_lock = threading.Lock()
         self._folds: Kept[object] = Kept(FOLDS_KEPT)  # (path, first commit, file, fold name) -> value (`fold_files`)
         self._whole_read_rate = whole_read_rate
@@ -482,7 +488,41 @@ class Lake:
 
         Columns: the table's columns plus `_change_type` (insert, update_preimage, update_postimage, delete)
         and `_commit_version`.
+
+        A feed still held by someone (or being read by another thread) is returned again, not read again: a step's
+        checks read back what it wrote while the migration beside the transform reads the same commit, and a first
+        load's feed is the size of the table (SF 30's FactMarketHistory: 2.3 GiB).
         """
+        delta = self._delta(table)
+        last = delta.version() if end_version is None else end_version
+        stamp = _first_commit_stamp(self.path(table))
+        if stamp is None:
+            return self._changes(table, delta, start_version, last)
+        key = (self.path(table), stamp, start_version, last)
+        with self._feeds_lock:
+            entry = self._feeds.get(key)
+            held = entry() if isinstance(entry, weakref.ref) else None
+            if held is not None:
+                return held
+            reading = entry if isinstance(entry, Future) else None
+            if reading is None:
+                self._feeds[key] = mine = Future()
+        if reading is not None:
+            return reading.result()
+        try:
+            feed = self._changes(table, delta, start_version, last)
+        except BaseException as exc:
+            with self._feeds_lock:
+                del self._feeds[key]
+            mine.set_exception(exc)
+            raise
+        with self._feeds_lock:
+            self._feeds = {k: v for k, v in self._feeds.items() if isinstance(v, Future) or v() is not None}
+            self._feeds[key] = weakref.ref(feed)
+        mine.set_result(feed)
+        return feed
+
+    def _changes(self, table: Table, delta: DeltaTable, start_version: int, last: int) -> pa.Table:
         schema = pa.schema(
             [
                 *table.arrow_schema(),
@@ -490,12 +530,10 @@ class Lake:
                 pa.field("_commit_version", pa.int64()),
             ]
         )
-        delta = self._delta(table)
-        last = delta.version() if end_version is None else end_version
         appended = appended_files(self.path(table), start_version, last)
         if appended is not None:  # only rows added: the feed is their files' rows (`streamdi.delta_appends`)
             return pa.Table.from_batches(_inserts(appended, table, schema), schema)
-        reader = delta.load_cdf(starting_version=start_version, ending_version=end_version)
+        reader = delta.load_cdf(starting_version=start_version, ending_version=last)
         # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch is
         # cast as it arrives and delta-rs's copy let go, so a feed is held once, not twice.
         batches = pa.RecordBatchReader.from_stream(reader)

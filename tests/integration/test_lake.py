@@ -6,12 +6,15 @@ fresh process without Spark, the table protocol, schema drift, and crashes just 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -440,6 +443,32 @@ def test_a_feed_of_appends_is_read_from_their_files_with_the_rows_delta_rs_gives
     )
     assert lake.changes(table, 1, 2).schema == lake.changes(table, 1, 3).schema
     assert [r["_change_type"] for r in feed(lake, table, 3, 3)] == ["update_preimage", "update_postimage"]
+
+
+def test_a_feed_still_held_is_not_read_again_and_threads_asking_together_share_one_read(lake_dir, monkeypatch):
+    lake = Lake(lake_dir)
+    table = lake_table("shared_feed")
+    lake.append(table, arrow_rows(table, [row(1), row(2)]), app_id="a", version=1)
+    lake.upsert(table, arrow_rows(table, [row(1, name="changed")]), app_id="a", version=2)
+    reads = []
+    read = lake._changes
+
+    def counted(*args):
+        reads.append(args[2:])
+        time.sleep(0.2)  # long enough for every thread below to ask while the first read runs
+        return read(*args)
+
+    monkeypatch.setattr(lake, "_changes", counted)
+    with ThreadPoolExecutor(4) as pool:
+        feeds = list(pool.map(lambda _: lake.changes(table, 1, 2), range(4)))
+    assert reads == [(1, 2)]
+    assert all(f is feeds[0] for f in feeds) and feeds[0].num_rows == 4
+    assert lake.changes(table, 1, 2) is feeds[0] and lake.changes(table, 2, 2).num_rows == 2
+    assert reads == [(1, 2), (2, 2)]
+    del feeds
+    gc.collect()
+    assert lake.changes(table, 1, 2).num_rows == 4  # nobody held it: read again
+    assert reads == [(1, 2), (2, 2), (1, 2)]
 
 
 def test_history_carries_the_app_transaction_of_each_streamdi_commit(lake_dir):
