@@ -85,9 +85,7 @@ def net_changes(changes: pa.Table, table: Table) -> tuple[pa.Table, pa.Table]:
     Raises ValueError if one commit changed the same key twice (the feed would be ambiguous).
     """
     key = list(table.key)
-    preimage = pc.equal(changes["_change_type"], "update_preimage")
-    # a first load's feed has no pre-images: kept as it is, not copied
-    effective = changes.filter(pc.invert(preimage)) if pc.any(preimage).as_py() else changes
+    effective = _without_preimages(changes)
     if effective.num_rows == 0:
         empty = table.arrow_schema().empty_table()
         return empty, empty.select(key)
@@ -118,6 +116,13 @@ def net_changes(changes: pa.Table, table: Table) -> tuple[pa.Table, pa.Table]:
     return upserts.cast(table.arrow_schema()), deletes
 
 
+def _without_preimages(changes: pa.Table) -> pa.Table:
+    """The feed's rows that say what a key is now (inserts, post-images, deletes); a feed without pre-images (a
+    first load's) as it is, not copied."""
+    preimage = pc.equal(changes["_change_type"], "update_preimage")
+    return changes.filter(pc.invert(preimage)) if pc.any(preimage).as_py() else changes
+
+
 def _equal_to_next(data: pa.Table, columns: list[str]) -> pa.Array:
     """Row i: whether row i equals row i+1 in every one of `columns` (length num_rows - 1; NULL is unequal)."""
     n = data.num_rows
@@ -133,9 +138,7 @@ def rows_per_batch(changes: pa.Table, history: list[CommitInfo]) -> dict[int, in
     """Change rows (inserts, update post-images, deletes) of a change feed per batch of the commit that made them.
     Rows of commits that carry no app transaction belong to no batch and are not counted."""
     batch_of = {c.table_version: c.txn_version for c in history if c.txn_version is not None}
-    preimage = pc.equal(changes["_change_type"], "update_preimage")
-    # a first load's feed has no pre-images: kept as it is, not copied
-    effective = changes.filter(pc.invert(preimage)) if pc.any(preimage).as_py() else changes
+    effective = _without_preimages(changes)
     counts: dict[int, int] = {}
     for entry in effective["_commit_version"].value_counts().to_pylist():
         batch = batch_of.get(entry["values"])
