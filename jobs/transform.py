@@ -127,9 +127,7 @@ class TransformReport:
 
 def _step_pool() -> ThreadPoolExecutor:
     """The threads that run the steps of a wave side by side: kept for the process's life (`streamdi.pools`), so
-    that a long-lived process (the stream service) runs each micro-batch on the same threads, whose open Delta tables
-    (`Lake._delta_at` keeps them per thread) are caught up instead of opened again (measured: ~0.7 s of a small
-    micro-batch's transform at SF 3 went to opening tables in new threads)."""
+    that a long-lived process (the stream service) runs each micro-batch on the same threads."""
     return kept_pool("step", max(len(wave) for wave in waves(STEPS)))
 
 

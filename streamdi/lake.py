@@ -59,6 +59,7 @@ from streamdi.delta_appends import appended_files
 from streamdi.errors import LakeDiskFull
 from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
+from streamdi.lending import Lender
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.merge_bounds import key_bounds, target_bounds
 from streamdi.parquet_stats import delta_stats
@@ -142,7 +143,8 @@ class Lake:
         self.root = Path(root).absolute()
         self.spark = spark
         self._spark_factory = spark_factory
-        self._handles = threading.local()  # per thread: table path -> DeltaTable kept up to date (see `_delta`)
+        # open Delta tables, lent to one thread at a time and caught up when lent again (see `_delta_at`)
+        self._handles: Lender[DeltaTable] = Lender(lambda path: DeltaTable(str(path)), DeltaTable.update_incremental)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
         self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
         # Resident tables (`_whole`): the rows of each data file held, (path, first commit, file) -> rows, within
@@ -206,7 +208,8 @@ class Lake:
     def ensure_table(self, table: Table) -> None:
         """Create `table` (empty, declared schema, change feed on) unless it exists; check the schema if it does."""
         if self.exists(table):
-            self._check_schema(table, self._delta(table))
+            with self._delta(table) as delta:
+                self._check_schema(table, delta)
             return
         self._pass_gate()  # a creation is a commit; a look at an existing table is not
         path = self.path(table)
@@ -230,32 +233,26 @@ class Lake:
                 f"but the declaration in schemas/ says {table.column_names}. Migrate or remove the table."
             )
 
-    def _delta(self, table: Table, version: int | None = None) -> DeltaTable:
-        """The table at `version`, or its latest snapshot (see `_delta_at`)."""
+    @contextmanager
+    def _delta(self, table: Table, version: int | None = None) -> Iterator[DeltaTable]:
+        """The table at `version`, or its latest snapshot, for the block (see `_delta_at`)."""
         if not self.exists(table):
             raise FileNotFoundError(f"Delta table {table.qualified_name} does not exist at {self.path(table)}")
-        return self._delta_at(self.path(table), version)
+        with self._delta_at(self.path(table), version) as delta:
+            yield delta
 
-    def _delta_at(self, path: Path, version: int | None = None) -> DeltaTable:
-        """The Delta table at `path`, at `version` or its latest snapshot. Opening a table replays its log
-        (5-12 ms); a latest snapshot is opened once per thread and brought up to date on every call instead
-        (about 1 ms: reads only the commits made since, by any process). Handles are per thread (delta-rs tables
-        are not shared between the threads of a wave), and a table removed and created again under the same path
-        (its first log entry replaced) is opened afresh."""
+    @contextmanager
+    def _delta_at(self, path: Path, version: int | None = None) -> Iterator[DeltaTable]:
+        """The Delta table at `path`, at `version` or its latest snapshot, for the block. Opening a table replays
+        its log (6-17 ms); a latest snapshot is lent instead (`streamdi.lending`): a handle kept from an earlier
+        block, of any thread, is brought up to date (about 1 ms: reads only the commits made since, by any process)
+        and is this block's alone until it ends. A table removed and created again under the same path (its first
+        log entry replaced) is opened afresh."""
         if version is not None:
-            return DeltaTable(str(path), version=version)
-        handles = self._handles.__dict__.setdefault("tables", {})
-        stamp = _first_commit_stamp(path)
-        cached = handles.get(path)
-        if cached is not None and stamp is not None and cached[1] == stamp:
-            try:
-                cached[0].update_incremental()
-                return cached[0]
-            except Exception:  # noqa: BLE001 - any failure to catch up: open the table afresh
-                log.debug("reopening Delta table %s", path, exc_info=True)
-        delta = DeltaTable(str(path))
-        handles[path] = (delta, stamp)
-        return delta
+            yield DeltaTable(str(path), version=version)
+            return
+        with self._handles.lend(path, _first_commit_stamp(path)) as delta:
+            yield delta
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
@@ -268,36 +265,37 @@ class Lake:
 
     # ----------------------------------------------------------------------------------------- reads
     def version(self, table: Table) -> int:
-        return self._delta(table).version()
+        with self._delta(table) as delta:
+            return delta.version()
 
     def row_count(self, table: Table) -> int:
         """Rows of the latest snapshot, from the files' statistics (delta-rs, no Spark; scans if a file has none)."""
-        delta = self._delta(table)
-        actions = delta.get_add_actions(flatten=True)
-        counts = actions.column("num_records").to_pylist() if actions.num_rows else []
-        if None not in counts:
-            return int(sum(counts))
-        return delta.to_pyarrow_table(columns=[table.column_names[0]]).num_rows
+        with self._delta(table) as delta:
+            actions = delta.get_add_actions(flatten=True)
+            counts = actions.column("num_records").to_pylist() if actions.num_rows else []
+            if None not in counts:
+                return int(sum(counts))
+            return delta.to_pyarrow_table(columns=[table.column_names[0]]).num_rows
 
     def read_columns(self, table: Table, columns: list[str]) -> pa.Table:
         """Only `columns` of the latest snapshot, read with delta-rs (no Spark), in no particular order."""
-        delta = self._delta(table)
-        whole = self._whole(table, delta)
-        if whole is not None:
-            return whole.select(columns)
-        return self._from_files(table, delta, lambda: self._dataset(table, delta).to_table(columns=columns))
+        with self._delta(table) as delta:
+            whole = self._whole(table, delta)
+            if whole is not None:
+                return whole.select(columns)
+            return self._from_files(table, delta, lambda: self._dataset(table, delta).to_table(columns=columns))
 
     def read_where(self, table: Table, condition: pc.Expression, columns: list[str] | None = None) -> pa.Table:
         """The latest snapshot's rows where `condition` (a pyarrow compute expression) holds, with delta-rs (no
         Spark), in the declared column types and no particular order; only `columns` when given."""
         names = list(columns) if columns is not None else table.column_names
-        delta = self._delta(table)
-        whole = self._whole(table, delta)
-        if whole is not None:
-            return whole.filter(condition).select(names)
-        return self._from_files(
-            table, delta, lambda: self._scan(delta, table, names, condition, self._dataset(table, delta))
-        )
+        with self._delta(table) as delta:
+            whole = self._whole(table, delta)
+            if whole is not None:
+                return whole.filter(condition).select(names)
+            return self._from_files(
+                table, delta, lambda: self._scan(delta, table, names, condition, self._dataset(table, delta))
+            )
 
     def _whole(self, table: Table, delta: DeltaTable) -> pa.Table | None:
         """The whole snapshot of a `Table.resident` table in memory (declared types), or None: a table not
@@ -357,9 +355,9 @@ class Lake:
         micro-batch costs the new files only. `known()` gives values an earlier process computed (under the same
         `name`), called once, on the first file this process has not folded, and taken for such files. `fold` must not
         return None; give a new `name` when what it computes changes."""
-        delta = self._delta(table)
+        with self._delta(table) as delta:
+            files = list(_data_files(delta))
         path, stamp = self.path(table), _first_commit_stamp(self.path(table))
-        files = list(_data_files(delta))
         schema = pa.schema([table.arrow_schema().field(c) for c in columns])
         values = {}
         loaded: Mapping[str, V] | None = None
@@ -444,7 +442,8 @@ class Lake:
 
     def committed_version(self, table: Table, app_id: str) -> int | None:
         """Last transaction version recorded for `app_id` on `table` (None if never)."""
-        return self._delta(table).transaction_version(app_id)
+        with self._delta(table) as delta:
+            return delta.transaction_version(app_id)
 
     def read(self, table: Table, version: int | None = None) -> DataFrame:
         """The table's snapshot (latest, or at `version`) as a Spark DataFrame with the declared schema.
@@ -452,7 +451,8 @@ class Lake:
         The DataFrame of a set of data files is kept (the last `FRAMES_KEPT`, in a `streamdi.frames.FrameCache`)
         and returned again while the snapshot has the same files (a Delta data file never changes)."""
         spark = self._spark()
-        files = self._delta(table, version).file_uris()
+        with self._delta(table, version) as delta:
+            files = delta.file_uris()
         if not files:
             return self.empty(table)
         return self._frames.frame(
@@ -480,7 +480,8 @@ class Lake:
 
     def read_arrow(self, table: Table, version: int | None = None) -> pa.Table:
         """The snapshot as an Arrow table, sorted by the declared order (for small tables and tests)."""
-        data = self._delta(table, version).to_pyarrow_table()
+        with self._delta(table, version) as delta:
+            data = delta.to_pyarrow_table()
         return _sorted(data.select(table.column_names), table)
 
     def changes(self, table: Table, start_version: int, end_version: int | None = None) -> pa.Table:
@@ -493,11 +494,10 @@ class Lake:
         checks read back what it wrote while the migration beside the transform reads the same commit, and a first
         load's feed is the size of the table (SF 30's FactMarketHistory: 2.3 GiB).
         """
-        delta = self._delta(table)
-        last = delta.version() if end_version is None else end_version
+        last = self.version(table) if end_version is None else end_version
         stamp = _first_commit_stamp(self.path(table))
         if stamp is None:
-            return self._changes(table, delta, start_version, last)
+            return self._changes(table, start_version, last)
         key = (self.path(table), stamp, start_version, last)
         with self._feeds_lock:
             entry = self._feeds.get(key)
@@ -510,7 +510,7 @@ class Lake:
         if reading is not None:
             return reading.result()
         try:
-            feed = self._changes(table, delta, start_version, last)
+            feed = self._changes(table, start_version, last)
         except BaseException as exc:
             with self._feeds_lock:
                 del self._feeds[key]
@@ -522,7 +522,7 @@ class Lake:
         mine.set_result(feed)
         return feed
 
-    def _changes(self, table: Table, delta: DeltaTable, start_version: int, last: int) -> pa.Table:
+    def _changes(self, table: Table, start_version: int, last: int) -> pa.Table:
         schema = pa.schema(
             [
                 *table.arrow_schema(),
@@ -533,24 +533,26 @@ class Lake:
         appended = appended_files(self.path(table), start_version, last)
         if appended is not None:  # only rows added: the feed is their files' rows (`streamdi.delta_appends`)
             return pa.Table.from_batches(_inserts(appended, table, schema), schema)
-        reader = delta.load_cdf(starting_version=start_version, ending_version=last)
-        # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch is
-        # cast as it arrives and delta-rs's copy let go, so a feed is held once, not twice.
-        batches = pa.RecordBatchReader.from_stream(reader)
-        return pa.Table.from_batches([batch.select(schema.names).cast(schema) for batch in batches], schema)
+        with self._delta(table) as delta:
+            reader = delta.load_cdf(starting_version=start_version, ending_version=last)
+            # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch
+            # is cast as it arrives and delta-rs's copy let go, so a feed is held once, not twice.
+            batches = pa.RecordBatchReader.from_stream(reader)
+            return pa.Table.from_batches([batch.select(schema.names).cast(schema) for batch in batches], schema)
 
     def history(self, table: Table, *, after: int | None = None) -> list[CommitInfo]:
         """Commits of the table, oldest first, with the app transaction each one carried; with `after`, only
         those with a table version above it. Delta keeps one log file per commit and the history reads them
         newest first, so with `after` the cost is the commits returned, not the table's age."""
-        delta = self._delta(table)
-        limit = None
-        if after is not None:
-            limit = delta.version() - after
-            if limit <= 0:
-                return []
+        with self._delta(table) as delta:
+            limit = None
+            if after is not None:
+                limit = delta.version() - after
+                if limit <= 0:
+                    return []
+            entries = delta.history(limit)
         infos = []
-        for entry in delta.history(limit):
+        for entry in entries:
             app_id = entry.get(METADATA_APP_ID)
             txn = entry.get(METADATA_VERSION)
             infos.append(
@@ -569,7 +571,7 @@ class Lake:
         earlier micro-batch (app transaction version below `txn_version`), or the whole history when there is
         none. So the commits of micro-batch `txn_version` are among them, at a cost that does not grow with
         the table's age (whole-history reads cost about 0.2 ms per commit: 0.1 s at 600 commits)."""
-        latest = self._delta(table).version()
+        latest = self.version(table)
         window = 8
         while True:
             commits = self.history(table, after=max(latest - window, -1))
@@ -646,10 +648,9 @@ class Lake:
         then `write` the commit with the app transaction, with the fault points around it and a full disk reported
         as `LakeDiskFull`. A `gated` commit first passes the gate."""
         self._pass_gate()
-        with self.lock(table.qualified_name):
-            # one handle for the whole check-then-commit (caught up with every commit made before the lock was
-            # taken), brought up to date after each write with the commits it made
-            delta = self._delta(table)
+        # one handle for the whole check-then-commit (caught up with every commit made before the lock was taken),
+        # brought up to date after each write with the commits it made
+        with self.lock(table.qualified_name), self._delta(table) as delta:
             self._check_schema(table, delta)
             done = delta.transaction_version(app_id)
             if done is not None and done >= version:
@@ -675,7 +676,10 @@ class Lake:
 
     def is_empty(self, table: Table) -> bool:
         """Whether the table's latest snapshot has no data file (so no rows)."""
-        return not self.exists(table) or not self._delta(table).file_uris()
+        if not self.exists(table):
+            return True
+        with self._delta(table) as delta:
+            return not delta.file_uris()
 
     def _executors_append(self, table: Table, mode: str, deletes: DataFrame | pa.Table | None) -> bool:
         """Whether a Spark DataFrame's commit is an append that Spark's executors write: an append, or an upsert
@@ -988,10 +992,10 @@ class Lake:
         return done
 
     def _compact(self, path: Path, name: str, min_small_files: int) -> int:
-        if _small_files(self._delta_at(path)) < min_small_files:  # the common case, without the lock
-            return 0
-        with self.lock(name):
-            delta = self._delta_at(path)
+        with self._delta_at(path) as delta:
+            if _small_files(delta) < min_small_files:  # the common case, without the lock
+                return 0
+        with self.lock(name), self._delta_at(path) as delta:
             if _small_files(delta) < min_small_files:
                 return 0
             target = _target_file_bytes(delta) or COMPACT_TARGET_BYTES
@@ -1021,20 +1025,18 @@ class Lake:
             path = log_dir.parent
             name = f"{path.parent.name}.{path.name}"
             try:
-                if self._delta_at(path).version() - _last_checkpoint(log_dir) < checkpoint_every:
+                if _log_version(log_dir) - _last_checkpoint(log_dir) < checkpoint_every:
                     continue
-                with self.lock(name):
-                    delta = self._delta_at(path)
+                with self.lock(name), self._delta_at(path) as delta:
                     delta.create_checkpoint()
                     delta.cleanup_metadata()
                     removed = delta.vacuum(retention_hours, dry_run=False, enforce_retention_duration=False)
                     fault_point("lake.after_maintain")
+                    version = delta.version()
             except Exception:  # noqa: BLE001 - one table that cannot be maintained must not stop the others
                 log.exception("could not maintain %s at %s; the next call tries again", name, path)
                 continue
-            log.info(
-                "maintained %s: checkpoint at v%s, %d unused data files deleted", name, delta.version(), len(removed)
-            )
+            log.info("maintained %s: checkpoint at v%s, %d unused data files deleted", name, version, len(removed))
             done[name] = len(removed)
         return done
 
@@ -1165,6 +1167,13 @@ def _last_checkpoint(log_dir: Path) -> int:
         return int(json.loads((log_dir / LAST_CHECKPOINT).read_text())["version"])
     except (FileNotFoundError, ValueError, KeyError):
         return -1
+
+
+def _log_version(log_dir: Path) -> int:
+    """The table's latest version, from the names of its commit files (`<version>.json`), without opening it:
+    a commit file appears whole (delta-rs writes it aside and renames it), and log cleanup keeps the newest."""
+    versions = [int(name[:-5]) for name in os.listdir(log_dir) if name.endswith(".json") and name[:-5].isdigit()]
+    return max(versions, default=-1)
 
 
 def _small_files(delta: DeltaTable) -> int:

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
@@ -454,7 +455,7 @@ def test_a_feed_still_held_is_not_read_again_and_threads_asking_together_share_o
     read = lake._changes
 
     def counted(*args):
-        reads.append(args[2:])
+        reads.append(args[1:])
         time.sleep(0.2)  # long enough for every thread below to ask while the first read runs
         return read(*args)
 
@@ -1258,3 +1259,40 @@ def test_a_resident_table_that_does_not_fit_beside_the_held_ones_is_read_from_it
     hide_files(lake, other, tmp_path / "away_other")
     with pytest.raises(OSError):
         lake.read_where(other, pc.field("id") == 9, ["id"])
+
+
+def test_threads_in_turn_open_a_table_once_and_a_read_beside_a_commit_sees_one_whole_version(lake_dir):
+    """Open Delta tables are lent (`streamdi.lending`): threads that read one after another share one handle, caught
+    up with every commit; a thread reading while another commits gets a handle of its own, and sees one version."""
+    lake = Lake(lake_dir)
+    table = lake_table("lent")
+    lake.append(table, arrow_rows(table, [row(1), row(2)]), app_id="a", version=1)
+    opened = []
+    opener = lake._handles._open
+
+    def counted(path):
+        opened.append(path)
+        return opener(path)
+
+    lake._handles._open = counted
+    with ThreadPoolExecutor(1) as one, ThreadPoolExecutor(1) as other:
+        for i in range(4):
+            pool = one if i % 2 else other
+            pool.submit(lake.append, table, arrow_rows(table, [row(10 + i)]), app_id="a", version=2 + i).result()
+            assert pool.submit(lake.read_columns, table, ["id"]).result()["id"].to_pylist().count(10 + i) == 1
+    assert opened == []  # every thread was lent the handle the first append opened, before the counting
+
+    committing, go = threading.Event(), threading.Event()
+
+    def slow_rows():  # a commit that holds its handle until the reader below has read
+        committing.set()
+        assert go.wait(10)
+        return 1
+
+    with ThreadPoolExecutor(2) as pool:
+        commit = pool.submit(lake._checked_commit, table, "b", 1, "append", lambda delta: slow_rows(), lambda *_: None)
+        assert committing.wait(10)
+        ids = pool.submit(lake.read_columns, table, ["id"]).result()["id"].to_pylist()
+        go.set()
+        assert commit.result().committed
+    assert sorted(ids) == [1, 2, 10, 11, 12, 13] and opened == [lake.path(table)]  # the reader's own handle
