@@ -144,7 +144,7 @@ class Lake:
         self.spark = spark
         self._spark_factory = spark_factory
         # open Delta tables, lent to one thread at a time and caught up when lent again (see `_delta_at`)
-        self._handles: Lender[DeltaTable] = Lender(lambda path: DeltaTable(str(path)), DeltaTable.update_incremental)
+        self._handles: Lender[DeltaTable] = Lender(lambda path: DeltaTable(str(path)), _catch_up)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
         self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
         # Resident tables (`_whole`): the rows of each data file held, (path, first commit, file) -> rows, within
@@ -1167,6 +1167,15 @@ def _last_checkpoint(log_dir: Path) -> int:
         return int(json.loads((log_dir / LAST_CHECKPOINT).read_text())["version"])
     except (FileNotFoundError, ValueError, KeyError):
         return -1
+
+
+def _catch_up(path: Path, delta: DeltaTable) -> None:
+    """Bring a kept handle of the table at `path` up to date, when a commit was made since its version: the next
+    commit file exists (commits are numbered without gaps). delta-rs's catch-up lists the log and rebuilds the
+    snapshot's file list even when nothing changed (~7 ms a call, contended, in an SF 3 incremental load: 400 calls
+    2.8 s); looking for the next commit file costs one `stat`."""
+    if (path / "_delta_log" / f"{delta.version() + 1:020d}.json").exists():
+        delta.update_incremental()
 
 
 def _log_version(log_dir: Path) -> int:

@@ -23,9 +23,10 @@ H = TypeVar("H")
 
 class Lender(Generic[H]):
     """Handles per key, each lent to one borrower at a time: `opener(key)` makes one when none is free,
-    `catch_up(handle)` brings a kept one up to date before it is lent again (if it raises, a new one is opened)."""
+    `catch_up(key, handle)` brings a kept one up to date before it is lent again (if it raises, a new one is
+    opened)."""
 
-    def __init__(self, opener: Callable[[Hashable], H], catch_up: Callable[[H], None]) -> None:
+    def __init__(self, opener: Callable[[Hashable], H], catch_up: Callable[[Hashable, H], None]) -> None:
         self._open = opener
         self._catch_up = catch_up
         self._free: dict[Hashable, list[tuple[Hashable, H]]] = {}
@@ -53,7 +54,7 @@ class Lender(Generic[H]):
             else:
                 return None
         try:
-            self._catch_up(handle)
+            self._catch_up(key, handle)
         except Exception:  # noqa: BLE001 - a handle that cannot catch up is replaced by a new one
             return None
         return handle

@@ -1296,3 +1296,9 @@ def test_threads_in_turn_open_a_table_once_and_a_read_beside_a_commit_sees_one_w
         go.set()
         assert commit.result().committed
     assert sorted(ids) == [1, 2, 10, 11, 12, 13] and opened == [lake.path(table)]  # the reader's own handle
+
+    # a commit made elsewhere (another process, another Lake) is seen by a kept handle: it catches up
+    other = Lake(lake_dir)
+    other.append(table, arrow_rows(table, [row(20)]), app_id="other", version=1)
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == [1, 2, 10, 11, 12, 13, 20]
+    assert len(opened) == 1  # caught up, not opened again

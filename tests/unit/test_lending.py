@@ -22,7 +22,8 @@ def lender(fail_catch_up: bool = False) -> tuple[Lender[Handle], list[Handle]]:
         opened.append(Handle(key, len(opened)))
         return opened[-1]
 
-    def catch_up(handle):
+    def catch_up(key, handle):
+        assert key == handle.key
         if fail_catch_up:
             raise OSError("log unreadable")
         handle.caught_up += 1
