@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import re
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -76,12 +77,19 @@ def get_spark(settings: Settings, app_name: str = "streamdi") -> SparkSession:
     return spark
 
 
-def driver_jvm_exit() -> int | None:
+def driver_jvm_exit(wait: float = 0.0) -> int | None:
     """The exit code of the driver JVM this process started, once it has exited (negative: the signal that ended it,
     e.g. -9 from the kernel's out-of-memory killer or `kill -9`); None while it runs or when this process started
-    none (Spark Connect)."""
+    none (Spark Connect). With `wait`, a JVM still exiting is given up to that many seconds: its connections close
+    before the kernel has reaped it, so a call that failed on them may be seen before the exit is."""
     proc = getattr(SparkContext._gateway, "proc", None)
-    return None if proc is None else proc.poll()
+    if proc is None:
+        return None
+    if wait > 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=wait)
+        return None
+    return proc.poll()
 
 
 def forget_exited_jvm() -> int | None:

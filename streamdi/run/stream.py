@@ -67,6 +67,7 @@ RECENT = 200  # micro-batches kept in the status for latency percentiles and row
 RETRY_FIRST = 1.0  # seconds before the first retry of a failed run; doubled after each failure
 RETRY_MAX = 30.0
 GIVE_UP = 8  # failed runs in a row after which the service stops with the error
+JVM_EXIT_WAIT = 2.0  # seconds a run that lost its connection to the driver JVM waits to see the JVM's exit
 
 
 @dataclass
@@ -282,7 +283,7 @@ class StreamService:
         message = f"{type(exc).__name__}: {exc}".strip()[:2000]
         from streamdi.spark import driver_jvm_exit, jvm_exit_text
 
-        jvm = driver_jvm_exit()
+        jvm = driver_jvm_exit(wait=JVM_EXIT_WAIT if _connection_lost(exc) else 0.0)
         if jvm is not None:
             message = f"the Spark driver JVM exited ({jvm_exit_text(jvm)}); {message}"
         log.error("micro-batch run failed (attempt %s): %s; retrying in %gs", failures, message, delay, exc_info=exc)
@@ -423,3 +424,15 @@ def install_signals(service: StreamService) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether a failed run lost a connection (to the driver JVM, say: Py4J reports a closed socket as a network
+    error, or the refused connection or end of stream under it), anywhere in its chain of causes."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ConnectionError | EOFError) or type(exc).__name__ == "Py4JNetworkError":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

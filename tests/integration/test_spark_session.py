@@ -78,7 +78,8 @@ stream.close()
 def test_a_killed_driver_jvm_is_reported_and_a_new_one_starts_on_next_use(tmp_path):
     """The driver JVM is killed with SIGKILL (as the kernel's out-of-memory killer does): the session's calls fail;
     `forget_exited_spark` reports the exit code, and the context's next use of Spark starts another JVM that works.
-    While the JVM runs, there is nothing to forget."""
+    While the JVM runs, there is nothing to forget; asked to wait for the exit (a run that lost its connection to the
+    JVM does), a live JVM gives nothing after the wait and a dying one its exit code."""
     import json
     import subprocess
     import sys
@@ -93,14 +94,14 @@ ctx = JobContext(Settings(home=sys.argv[1], spark_master="local[1]"))
 out = {"first": ctx.spark.range(3).count(), "forgotten_while_alive": ctx.forget_exited_spark()}
 first_jvm = SparkContext._gateway.proc
 out["first_pid"] = first_jvm.pid
+out["waited_while_alive"] = driver_jvm_exit(wait=0.2)
 first_jvm.kill()
-first_jvm.wait()
+out["exit"] = driver_jvm_exit(wait=30)  # not reaped yet: the wait sees the exit
 try:
     ctx.spark.range(4).count()
     out["dead_call"] = "worked"
 except Exception as exc:
     out["dead_call"] = type(exc).__name__
-out["exit"] = driver_jvm_exit()
 out["forgotten"] = ctx.forget_exited_spark()
 out["again"] = ctx.spark.range(5).count()
 out["lake_reads_again"] = ctx.lake._spark() is ctx.spark
@@ -113,7 +114,7 @@ print(json.dumps(out))
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["first"] == 3 and out["forgotten_while_alive"] is None
+    assert out["first"] == 3 and out["forgotten_while_alive"] is None and out["waited_while_alive"] is None
     assert out["dead_call"] != "worked"
     assert out["exit"] == -9 and out["forgotten"] == -9
     assert out["again"] == 5 and out["lake_reads_again"] is True

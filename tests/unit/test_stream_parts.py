@@ -187,3 +187,24 @@ def test_a_part_is_held_until_its_predecessor_arrives_or_its_grace_is_over():
     # a part first listed now has just arrived
     assert held_parts(["Trade_batch2_0005.txt"], registered, {}, now=500.0, grace=1.0) == {"Trade_batch2_0005.txt"}
     assert held_parts(["Trade_batch2_0005.txt"], registered, {}, now=500.0, grace=0.0) == set()
+
+
+def test_a_failure_that_lost_a_connection_is_told_from_others_through_its_causes():
+    from py4j.protocol import Py4JNetworkError
+
+    from streamdi.run.stream import _connection_lost
+
+    def chained(outer: Exception, inner: Exception) -> Exception:
+        try:
+            try:
+                raise inner
+            except Exception as exc:
+                raise outer from exc
+        except Exception as exc:
+            return exc
+
+    assert _connection_lost(ConnectionRefusedError(111, "Connection refused"))
+    assert _connection_lost(Py4JNetworkError("Answer from Java side is empty"))
+    assert _connection_lost(chained(RuntimeError("stage failed"), EOFError()))
+    assert not _connection_lost(chained(RuntimeError("stage failed"), ValueError("bad row")))
+    assert not _connection_lost(OSError(28, "No space left on device"))
