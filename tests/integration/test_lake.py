@@ -1302,3 +1302,13 @@ def test_threads_in_turn_open_a_table_once_and_a_read_beside_a_commit_sees_one_w
     other.append(table, arrow_rows(table, [row(20)]), app_id="other", version=1)
     assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == [1, 2, 10, 11, 12, 13, 20]
     assert len(opened) == 1  # caught up, not opened again
+
+    # the commits after a kept handle's version cleaned up (a checkpoint past them): it is replaced, not left behind
+    with lake._delta(table) as kept:
+        behind = kept.version()
+    other.append(table, arrow_rows(table, [row(21)]), app_id="other", version=2)
+    other.append(table, arrow_rows(table, [row(22)]), app_id="other", version=3)
+    DeltaTable(lake.path(table)).create_checkpoint()
+    (lake.path(table) / "_delta_log" / f"{behind + 1:020d}.json").unlink()
+    assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == [1, 2, 10, 11, 12, 13, 20, 21, 22]
+    assert len(opened) == 2
