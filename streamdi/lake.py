@@ -245,9 +245,9 @@ class Lake:
     def _delta_at(self, path: Path, version: int | None = None) -> Iterator[DeltaTable]:
         """The Delta table at `path`, at `version` or its latest snapshot, for the block. Opening a table replays
         its log (6-17 ms); a latest snapshot is lent instead (`streamdi.lending`): a handle kept from an earlier
-        block, of any thread, is brought up to date (about 1 ms: reads only the commits made since, by any process)
-        and is this block's alone until it ends. A table removed and created again under the same path (its first
-        log entry replaced) is opened afresh."""
+        block, of any thread, is brought up to date (`_catch_up`: a `stat` when no commit came since, else the commits
+        made since, by any process) and is this block's alone until it ends. A table removed and created again under
+        the same path (its first log entry replaced) is opened afresh."""
         if version is not None:
             yield DeltaTable(str(path), version=version)
             return

@@ -1,11 +1,12 @@
 """Objects that are costly to open, lent to one thread at a time and kept for the next borrower.
 
-`streamdi.lake.Lake` lends its open Delta tables this way. A delta-rs table handle is caught up with the commits
-made since it was last used in about 1 ms, where opening one replays the log (6-17 ms on this 2-core machine). A
-handle must not be shared by threads at the same moment (one thread's catch-up would move another's snapshot in
-the middle of a read), so it is lent: a thread borrows it for one read or one commit and gives it back. A process
-then opens a table about as many times as threads use it at the same moment, not once per thread that ever uses
-it: an SF 3 incremental `streamdi load` opened its tables 209 times on 15 threads when each thread kept its own.
+`streamdi.lake.Lake` lends its open Delta tables this way. A kept delta-rs table handle is brought up to date with
+the commits made since it was last used (a `stat` when there are none), where opening one replays the log (6-17 ms
+on this 2-core machine). A handle must not be shared by threads at the same moment (one thread's catch-up would
+move another's snapshot in the middle of a read), so it is lent: a thread borrows it for one read or one commit and
+gives it back. A process then opens a table about as many times as threads use it at the same moment, not once per
+thread that ever uses it: an SF 3 incremental `streamdi load` opened its tables 209 times on 15 threads when each
+thread kept its own.
 
 A borrower that fails gives nothing back (a handle in an unknown state is let go), and a handle kept under another
 `stamp` than the one asked for (a table removed and created again under the same path) is let go too.
