@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class WarehouseUnavailable(RuntimeError):
     """PostgreSQL could not be reached, or the connection was lost in the middle of a migration (a restart, a
@@ -31,3 +33,12 @@ class QueryFailed(RuntimeError):
 class LandingFileError(RuntimeError):
     """A registered landing file the stage cannot read as it was collected (gone, or other bytes): the message names
     it and says what to do."""
+
+
+def causes(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and the exceptions under it (its cause, else its context), each once."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__

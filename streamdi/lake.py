@@ -56,7 +56,7 @@ from deltalake.transaction import AddAction
 
 from schemas.model import Table
 from streamdi.delta_appends import appended_files
-from streamdi.errors import LakeDiskFull
+from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
 from streamdi.lending import Lender
@@ -1135,7 +1135,7 @@ def _disk_full_is_clear(root: Path, table: Table) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        cause = next((str(e) for e in _chain(exc) if _no_space(e)), None)
+        cause = next((str(e) for e in causes(exc) if _no_space(e)), None)
         if cause is None:
             raise
         raise LakeDiskFull(
@@ -1144,14 +1144,6 @@ def _disk_full_is_clear(root: Path, table: Table) -> Iterator[None]:
             f"({' '.join(cause.split())[:300]}). Nothing of that commit is in the table; free space and run again: "
             "the run resumes exactly once from the commits made so far",
         ) from exc
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
 
 
 def _no_space(exc: BaseException) -> bool:

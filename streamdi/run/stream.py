@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from streamdi.batchlog import BatchLog
 from streamdi.collector import missing_predecessors, part_of
 from streamdi.context import JobContext
+from streamdi.errors import causes
 from streamdi.generator.drip import manifest_path
 from streamdi.locks import HeldElsewhere, flocked_nowait, lake_lease
 from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
@@ -429,10 +430,4 @@ def install_signals(service: StreamService) -> None:
 def _connection_lost(exc: BaseException) -> bool:
     """Whether a failed run lost a connection (to the driver JVM, say: Py4J reports a closed socket as a network
     error, or the refused connection or end of stream under it), anywhere in its chain of causes."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, ConnectionError | EOFError) or type(exc).__name__ == "Py4JNetworkError":
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(isinstance(e, ConnectionError | EOFError) or type(e).__name__ == "Py4JNetworkError" for e in causes(exc))
