@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import operator
 import os
@@ -56,6 +55,7 @@ from deltalake.transaction import AddAction
 
 from schemas.model import Table
 from streamdi.delta_appends import appended_files
+from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, last_checkpoint, log_version, table_id
 from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
@@ -84,8 +84,6 @@ WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
 COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this size into files of about this size
-FIRST_COMMIT = "00000000000000000000.json"  # a Delta log's first commit file
-LAST_CHECKPOINT = "_last_checkpoint"  # names a Delta log's newest checkpoint
 # Where Spark's executors write a commit's files before the driver moves them into the table and commits them
 # (`Lake._commit_files`); Delta readers and vacuum leave directories whose name starts with "_" alone.
 SCRATCH_DIR = "_streamdi_executor_writes"
@@ -146,20 +144,20 @@ class Lake:
         # open Delta tables, lent to one thread at a time and caught up when lent again (see `_delta_at`)
         self._handles: Lender[DeltaTable] = Lender(lambda path: DeltaTable(str(path)), _catch_up)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
-        self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, first commit, version) -> dataset
-        # Resident tables (`_whole`): the rows of each data file held, (path, first commit, file) -> rows, within
-        # `resident_bytes`; the snapshot last put together from them, (path, first commit, version) -> rows; and the
-        # seconds reads from a table's files have taken since (path, first commit) -> seconds
+        self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, table id, version) -> dataset
+        # Resident tables (`_whole`): the rows of each data file held, (path, table id, file) -> rows, within
+        # `resident_bytes`; the snapshot last put together from them, (path, table id, version) -> rows; and the
+        # seconds reads from a table's files have taken since (path, table id) -> seconds
         self._file_rows: Kept[pa.Table] = Kept(RESIDENT_FILES_KEPT, budget=resident_bytes, weigh=lambda t: t.nbytes)
         self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT)
         self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)
         self._written: set[Path] = set()  # tables this Lake committed to since its last `compact(written_only=True)`
-        # Change feeds someone still holds, or that one thread is reading: (path, first commit, start, end) -> a weak
+        # Change feeds someone still holds, or that one thread is reading: (path, table id, start, end) -> a weak
         # reference to the feed, or the Future of its read (`changes`)
         self._feeds: dict[tuple, weakref.ref | Future] = {}
         self._feeds_lock = threading.Lock()
         self._written_lock = threading.Lock()
-        self._folds: Kept[object] = Kept(FOLDS_KEPT)  # (path, first commit, file, fold name) -> value (`fold_files`)
+        self._folds: Kept[object] = Kept(FOLDS_KEPT)  # (path, table id, file, fold name) -> value (`fold_files`)
         self._whole_read_rate = whole_read_rate
         # Called before every commit while set (`gated`): a transform holds the commits of a step until the quality
         # checks of the steps before it have passed; the thread that runs those checks commits freely (`ungated`).
@@ -247,11 +245,11 @@ class Lake:
         its log (6-17 ms); a latest snapshot is lent instead (`streamdi.lending`): a handle kept from an earlier
         block, of any thread, is brought up to date (`_catch_up`: a `stat` when no commit came since, else the commits
         made since, by any process) and is this block's alone until it ends. A table removed and created again under
-        the same path (its first log entry replaced) is opened afresh."""
+        the same path (another Delta table id, `streamdi.delta_log.table_id`) is opened afresh."""
         if version is not None:
             yield DeltaTable(str(path), version=version)
             return
-        with self._handles.lend(path, _first_commit_stamp(path)) as delta:
+        with self._handles.lend(path, table_id(path)) as delta:
             yield delta
 
     @contextmanager
@@ -357,7 +355,8 @@ class Lake:
         return None; give a new `name` when what it computes changes."""
         with self._delta(table) as delta:
             files = list(_data_files(delta))
-        path, stamp = self.path(table), _first_commit_stamp(self.path(table))
+        path = self.path(table)
+        stamp = table_id(path)
         schema = pa.schema([table.arrow_schema().field(c) for c in columns])
         values = {}
         loaded: Mapping[str, V] | None = None
@@ -389,13 +388,13 @@ class Lake:
             self._disk_seconds.put(key[:2], (self._disk_seconds.get(key[:2]) or 0.0) + seconds)
         return rows
 
-    def _resident_key(self, table: Table, delta: DeltaTable) -> tuple[Path, tuple[int, int], int] | None:
-        """(path, first commit, version) of a resident table while resident tables may be held, else None: one
+    def _resident_key(self, table: Table, delta: DeltaTable) -> tuple[Path, str, int] | None:
+        """(path, table id, version) of a resident table while resident tables may be held, else None: one
         table version, also across a table removed and created again."""
         if not table.resident or self._file_rows.budget == 0:
             return None
         path = self.path(table)
-        stamp = _first_commit_stamp(path)
+        stamp = table_id(path)
         return None if stamp is None else (path, stamp, delta.version())
 
     def _dataset(self, table: Table, delta: DeltaTable) -> ds.Dataset:
@@ -404,7 +403,7 @@ class Lake:
         without opening them again (a filtered DimTrade read at SF 6: ~25 ms built afresh, ~10 ms on a kept
         dataset; the steps of a micro-batch read the same dimension versions many times)."""
         path = self.path(table)
-        stamp = _first_commit_stamp(path)
+        stamp = table_id(path)
         if stamp is None:
             return delta.to_pyarrow_dataset()
         return self._datasets.get_or_build((path, stamp, delta.version()), delta.to_pyarrow_dataset)
@@ -495,7 +494,7 @@ class Lake:
         load's feed is the size of the table (SF 30's FactMarketHistory: 2.3 GiB).
         """
         last = self.version(table) if end_version is None else end_version
-        stamp = _first_commit_stamp(self.path(table))
+        stamp = table_id(self.path(table))
         if stamp is None:
             return self._changes(table, start_version, last)
         key = (self.path(table), stamp, start_version, last)
@@ -1025,7 +1024,7 @@ class Lake:
             path = log_dir.parent
             name = f"{path.parent.name}.{path.name}"
             try:
-                if _log_version(log_dir) - _last_checkpoint(log_dir) < checkpoint_every:
+                if log_version(log_dir) - last_checkpoint(log_dir) < checkpoint_every:
                     continue
                 with self.lock(name), self._delta_at(path) as delta:
                     delta.create_checkpoint()
@@ -1098,16 +1097,6 @@ def _inserts(appended: list[tuple[int, list[Path]]], table: Table, schema: pa.Sc
             )
 
 
-def _first_commit_stamp(path: Path) -> tuple[int, int] | None:
-    """(inode, modification time) of a table's first commit file: a table created again under the same path has
-    another one. None when it is gone (log cleanup): the caller then opens the table afresh."""
-    try:
-        info = (path / "_delta_log" / FIRST_COMMIT).stat()
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_mtime_ns
-
-
 def within_range(column: str, values: pa.Array | pa.ChunkedArray) -> pc.Expression:
     """A filter for rows whose `column` lies between the least and the greatest of `values` (not empty): a scan
     skips the files and row groups outside that range by their statistics, which an `isin` alone does not."""
@@ -1153,14 +1142,6 @@ def _no_space(exc: BaseException) -> bool:
     return "No space left on device" in text or "os error 28" in text
 
 
-def _last_checkpoint(log_dir: Path) -> int:
-    """The version of the table's last checkpoint (its `_last_checkpoint` file), -1 when it has none."""
-    try:
-        return int(json.loads((log_dir / LAST_CHECKPOINT).read_text())["version"])
-    except (FileNotFoundError, ValueError, KeyError):
-        return -1
-
-
 def _catch_up(path: Path, delta: DeltaTable) -> None:
     """Bring a kept handle of the table at `path` up to date, when a commit was made since its version: the next
     commit file exists (commits are numbered without gaps). delta-rs's catch-up lists the log and rebuilds the
@@ -1171,15 +1152,8 @@ def _catch_up(path: Path, delta: DeltaTable) -> None:
     version = delta.version()
     if (log_dir / f"{version + 1:020d}.json").exists():
         delta.update_incremental()
-    elif _last_checkpoint(log_dir) > version:
+    elif last_checkpoint(log_dir) > version:
         raise LookupError(f"the commits after version {version} of {path} were cleaned up: open the table afresh")
-
-
-def _log_version(log_dir: Path) -> int:
-    """The table's latest version, from the names of its commit files (`<version>.json`), without opening it:
-    a commit file appears whole (delta-rs writes it aside and renames it), and log cleanup keeps the newest."""
-    versions = [int(name[:-5]) for name in os.listdir(log_dir) if name.endswith(".json") and name[:-5].isdigit()]
-    return max(versions, default=-1)
 
 
 def _small_files(delta: DeltaTable) -> int:

@@ -31,6 +31,7 @@ from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 from schemas.model import Column as C
 from schemas.model import Table
 from streamdi.delta_appends import appended_files
+from streamdi.delta_log import table_id
 from streamdi.lake import CommitInfo, CommitResult, Lake
 
 pytestmark = pytest.mark.integration
@@ -565,6 +566,32 @@ def test_a_table_exists_once_its_log_has_a_commit_even_after_the_first_one_is_cl
     (lake.path(table) / "_delta_log" / "00000000000000000000.json").unlink()  # as a log cleanup leaves it
     assert Lake(lake_dir).exists(table)
     assert [r["id"] for r in Lake(lake_dir).read_arrow(table).to_pylist()] == [1, 2]
+
+
+def test_a_table_id_survives_log_cleanup_and_a_table_created_again_under_the_path_has_another(lake_dir):
+    """`table_id`: the Delta `metaData.id`, from the first commit, then from the newest checkpoint once the first
+    commit is cleaned up (the caches and open handles of a long-running lake are keyed by it)."""
+    lake = Lake(lake_dir)
+    table = lake_table("identity")
+    path = lake.path(table)
+    assert table_id(path) is None  # no table yet
+    lake.append(table, arrow_rows(table, [row(1)]), app_id="a", version=1)
+    first = DeltaTable(str(path)).metadata().id
+    assert table_id(path) == first and len(first) == 36  # a UUID
+    DeltaTable(str(path)).create_checkpoint()
+    (path / "_delta_log" / "00000000000000000000.json").unlink()  # as a log cleanup leaves it
+    assert table_id(path) == first
+    lake.append(table, arrow_rows(table, [row(2)]), app_id="a", version=2)
+    DeltaTable(str(path)).create_checkpoint()  # a newer checkpoint names the same table
+    assert json.loads((path / "_delta_log" / "_last_checkpoint").read_text())["version"] == 2
+    assert table_id(path) == first
+
+    shutil.rmtree(path)
+    assert table_id(path) is None
+    lake.append(table, arrow_rows(table, [row(3)]), app_id="a", version=1)
+    again = DeltaTable(str(path)).metadata().id
+    assert again != first and table_id(path) == again
+    assert [r["id"] for r in lake.read_arrow(table).to_pylist()] == [3]
 
 
 def test_read_reuses_the_dataframe_of_unchanged_files_and_never_serves_a_stale_snapshot(spark, lake_dir):
@@ -1311,4 +1338,12 @@ def test_threads_in_turn_open_a_table_once_and_a_read_beside_a_commit_sees_one_w
     DeltaTable(lake.path(table)).create_checkpoint()
     (lake.path(table) / "_delta_log" / f"{behind + 1:020d}.json").unlink()
     assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == [1, 2, 10, 11, 12, 13, 20, 21, 22]
+    assert len(opened) == 2
+
+    # the first commit cleaned up too: the table keeps its id (now read from its checkpoint), so its handle is still
+    # lent and caught up, not opened at every read
+    (lake.path(table) / "_delta_log" / "00000000000000000000.json").unlink()
+    other.append(table, arrow_rows(table, [row(23)]), app_id="other", version=4)
+    for _ in range(3):
+        assert lake.read_columns(table, ["id"])["id"].to_pylist().count(23) == 1
     assert len(opened) == 2
