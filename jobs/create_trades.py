@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from jobs.messages import ALERT_COLUMNS, commit_messages
 from jobs.scope import BatchScope
-from jobs.trade_candidates import SOURCES, read_candidates, read_holds
+from jobs.trade_candidates import SOURCES, candidate_pieces, read_holds
 from jobs.trades import (
     build_trades,
     expired_holds,
@@ -80,23 +80,27 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     held_before = holds.filter(pc.equal(holds["state"], HELD))
 
     trade_types = ctx.lake.read_if_exists(wh.TRADE_TYPE)
-    read_ = read_candidates(ctx, scope, held_before)
-    changed = (read_.changed_accounts, read_.changed_symbols)
-    states = touched_trades(trade_states(read_.candidates, trade_types), scope.batch_id, holds, *changed)
     status_types = ctx.lake.read_if_exists(wh.STATUS_TYPE)
-    trades_built = build_trades(states, read_.securities, read_.accounts, status_types, trade_types)
-    records = read_.records
-    alerts = trade_alerts(records.filter(pc.equal(records["batch_id"], scope.batch_id)))
-    complete = pc.is_null(trades_built["_reason"])
-    unresolved = (
-        trades_built.filter(pc.invert(complete))
-        .select(["tradeid", "_source_batch", "_reason"])
-        .rename_columns(["tradeid", "source_batch", "reason"])
-    )
+    resolved_parts, unresolved_parts, alert_parts = [], [], []
+    for piece in candidate_pieces(ctx, scope, held_before):  # ascending trade ids; one piece but in big loads
+        changed = (piece.changed_accounts, piece.changed_symbols)
+        states = touched_trades(trade_states(piece.candidates, trade_types), scope.batch_id, holds, *changed)
+        built = build_trades(states, piece.securities, piece.accounts, status_types, trade_types)
+        records = piece.records
+        alert_parts.append(trade_alerts(records.filter(pc.equal(records["batch_id"], scope.batch_id))))
+        complete = pc.is_null(built["_reason"])
+        resolved_parts.append(ctx.lake.to_arrow(wh.DIM_TRADE, built.filter(complete)))
+        unresolved_parts.append(
+            built.filter(pc.invert(complete))
+            .select(["tradeid", "_source_batch", "_reason"])
+            .rename_columns(["tradeid", "source_batch", "reason"])
+        )
+    alerts = pa.concat_tables(alert_parts)
+    unresolved = pa.concat_tables(unresolved_parts)
     new_holds = next_holds(unresolved, held_before, scope.batch_id, current)
     rows: dict[str, int] = {}
     if not done[wh.DIM_TRADE.name]:
-        resolved = ctx.lake.to_arrow(wh.DIM_TRADE, trades_built.filter(complete))
+        resolved = pa.concat_tables(resolved_parts)
         gone = new_holds.select(["tradeid"])  # a held trade must not stay in DimTrade with old keys
         if resolved.num_rows or gone.num_rows:
             ctx.lake.upsert(

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from schemas import sources as src
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.lake import CHANGE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class BatchScope:
         versions = sorted(c.table_version for c in self.recent_history(ctx, table) if c.txn_version == self.batch_id)
         if not versions:
             return None
-        feed = ctx.lake.changes(table, versions[0], versions[-1])
+        wanted = [c for c in columns if c not in CHANGE_COLUMNS]  # the feed has those anyway
+        feed = ctx.lake.changes(table, versions[0], versions[-1], columns=wanted)
         mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
         return mine.select(columns)
 

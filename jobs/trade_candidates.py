@@ -17,10 +17,13 @@ naming a changed account or symbol) and their records, filtered on the trade ids
 `candidate_tables`), with only the DimAccount and DimSecurity versions their records name (`versions_named`), so
 a small micro-batch reads no staged trade or dimension row it does not need. Above `DRIVER_CANDIDATES` candidate
 trades every staged record is read and the candidates are selected from them (`jobs.trades.candidate_records`).
+More candidates than `TRADES_PER_PIECE` (a historical load) are read and recomputed in pieces by trade id
+(`candidate_pieces`), which bounds the memory of the step by the piece.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -47,6 +50,9 @@ TRADE_ID = {
 # (`candidate_records`) instead of read by id (`candidate_tables`), e.g. when a reference change gives every
 # account a new version.
 DRIVER_CANDIDATES = 100_000
+# Above this many candidate trades T3 reads and recomputes them a piece of this many trades at a time: SF 10's
+# Batch1 (1.27 M trades, 4.5 M records) in six pieces instead of all at once.
+TRADES_PER_PIECE = 250_000
 
 
 def candidate_ids(
@@ -121,12 +127,16 @@ class Candidates:
     changed_symbols: pa.Array | None  # `symbol` of the symbols this micro-batch changed in DimSecurity
 
 
-def read_candidates(ctx: JobContext, scope: BatchScope, held_before: pa.Table) -> Candidates:
-    """The records of the trades micro-batch `scope` may recompute, and the dimension versions they need.
+def candidate_pieces(ctx: JobContext, scope: BatchScope, held_before: pa.Table) -> Iterator[Candidates]:
+    """The records of the trades micro-batch `scope` may recompute, and the dimension versions they need, in
+    pieces of at most `TRADES_PER_PIECE` trades in ascending trade id order (one piece, most often).
 
     `held_before` is the holds table's rows in state `held` before this micro-batch (expired holds already
     rejected). Only the candidate trades' records are read when earlier micro-batches staged trades (else every
-    record is a candidate), unless there are more than `DRIVER_CANDIDATES`."""
+    record is a candidate), unless there are more than `DRIVER_CANDIDATES`. A trade's row depends on its own
+    records only, so the pieces give the rows one piece would; more candidate trades than `TRADES_PER_PIECE`
+    (a historical load) are read and recomputed a piece at a time, each piece's records read by trade id range,
+    so the records held in memory are bounded by the piece, not by the load."""
     keys = (
         changed_keys(ctx, scope, wh.DIM_ACCOUNT, "accountid"),
         changed_keys(ctx, scope, wh.DIM_SECURITY, "symbol"),
@@ -135,11 +145,29 @@ def read_candidates(ctx: JobContext, scope: BatchScope, held_before: pa.Table) -
     ids = candidate_ids(ctx, scope, SOURCES, held, *keys) if scope.staged_before(ctx, SOURCES) else None
     if ids is not None and len(ids) <= DRIVER_CANDIDATES:
         found = candidate_tables(ctx, scope, SOURCES, ids)
-        records = candidates = trade_records(*found)
+        records = trade_records(*found)
         securities = versions_named(ctx, wh.DIM_SECURITY, "symbol", found, "t_s_symb")
         accounts = versions_named(ctx, wh.DIM_ACCOUNT, "accountid", found, "t_ca_id")
-    else:
+        yield Candidates(records, records, securities, accounts, *keys)
+        return
+    securities, accounts = ctx.lake.read_if_exists(wh.DIM_SECURITY), ctx.lake.read_if_exists(wh.DIM_ACCOUNT)
+    wanted = _staged_ids(ctx, scope) if ids is None else ids
+    if len(wanted) <= TRADES_PER_PIECE:
         records = trade_records(*[scope.staged_where(ctx, t, pc.scalar(True)) for t in SOURCES])
         candidates = records if ids is None else candidate_records(records, scope.batch_id, held, *keys)
-        securities, accounts = ctx.lake.read_if_exists(wh.DIM_SECURITY), ctx.lake.read_if_exists(wh.DIM_ACCOUNT)
-    return Candidates(records, candidates, securities, accounts, *keys)
+        yield Candidates(records, candidates, securities, accounts, *keys)
+        return
+    wanted = pc.take(wanted, pc.array_sort_indices(wanted))
+    for start in range(0, len(wanted), TRADES_PER_PIECE):
+        # every record of the piece's trades: this micro-batch's among them (they are candidates by definition)
+        records = trade_records(*candidate_tables(ctx, scope, SOURCES, wanted[start : start + TRADES_PER_PIECE]))
+        yield Candidates(records, records, securities, accounts, *keys)
+
+
+def _staged_ids(ctx: JobContext, scope: BatchScope) -> pa.Array:
+    """Every trade id with a staged record up to this micro-batch (distinct)."""
+    columns = [
+        scope.staged_where(ctx, t, pc.scalar(True), [TRADE_ID[t.name]])[TRADE_ID[t.name]].cast(pa.int64())
+        for t in SOURCES
+    ]
+    return pc.unique(pa.chunked_array([c for column in columns for c in column.chunks], pa.int64()))

@@ -415,6 +415,12 @@ def test_change_feed_between_versions_gives_exactly_each_commits_changes(spark, 
         "_change_type",
         "_commit_version",
     ]
+    for start, end in ((1, 1), (1, 2)):  # the first range only added files: read from them, not from delta-rs
+        some = lake.changes(table, start, end, columns=["name", "id"])
+        assert some.column_names == ["name", "id", "_change_type", "_commit_version"]
+        expected = lake.changes(table, start, end).select(some.column_names)
+        assert sorted(some.to_pylist(), key=str) == sorted(expected.to_pylist(), key=str)
+        assert some.schema == expected.schema
 
 
 def test_a_feed_of_appends_is_read_from_their_files_with_the_rows_delta_rs_gives(spark, lake_dir):
@@ -456,21 +462,27 @@ def test_a_feed_still_held_is_not_read_again_and_threads_asking_together_share_o
     read = lake._changes
 
     def counted(*args):
-        reads.append(args[1:])
+        reads.append(args[1:])  # (start, end, columns)
         time.sleep(0.2)  # long enough for every thread below to ask while the first read runs
         return read(*args)
 
     monkeypatch.setattr(lake, "_changes", counted)
     with ThreadPoolExecutor(4) as pool:
         feeds = list(pool.map(lambda _: lake.changes(table, 1, 2), range(4)))
-    assert reads == [(1, 2)]
+    assert reads == [(1, 2, None)]
     assert all(f is feeds[0] for f in feeds) and feeds[0].num_rows == 4
     assert lake.changes(table, 1, 2) is feeds[0] and lake.changes(table, 2, 2).num_rows == 2
-    assert reads == [(1, 2), (2, 2)]
-    del feeds
+    assert reads == [(1, 2, None), (2, 2, None)]
+    # a few columns of a feed someone holds: taken from it, not read
+    some = lake.changes(table, 1, 2, columns=["id"])
+    assert some.to_pylist() == feeds[0].select(["id", "_change_type", "_commit_version"]).to_pylist()
+    assert reads == [(1, 2, None), (2, 2, None)]
+    del feeds, some
     gc.collect()
+    assert lake.changes(table, 1, 2, columns=["id"]).num_rows == 4  # nobody holds the feed: these columns read
+    assert reads == [(1, 2, None), (2, 2, None), (1, 2, ["id"])]
     assert lake.changes(table, 1, 2).num_rows == 4  # nobody held it: read again
-    assert reads == [(1, 2), (2, 2), (1, 2)]
+    assert reads == [(1, 2, None), (2, 2, None), (1, 2, ["id"]), (1, 2, None)]
 
 
 def test_history_carries_the_app_transaction_of_each_streamdi_commit(lake_dir):

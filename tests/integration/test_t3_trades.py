@@ -373,6 +373,29 @@ def split_in_spark(spark, tmp_path_factory) -> World:
         return split_world(World(spark, tmp_path_factory.mktemp("t3-split-spark")))
 
 
+@pytest.fixture(scope="module")
+def whole_in_pieces(spark, tmp_path_factory) -> World:
+    """`whole` with its six trades read and recomputed two at a time (`TRADES_PER_PIECE`), as a big load is."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trade_candidates, "TRADES_PER_PIECE", 2)
+        w = World(spark, tmp_path_factory.mktemp("t3-whole-pieces"))
+        w.stage(src.TRADE_HISTORY.staging, 1, 1, B1_HISTORY)
+        w.stage(src.TRADE.staging, 1, 1, B1_TRADES)
+        w.stage(src.TRADE_CDC.staging, 1, 2, B2_CDC)
+        w.dims(1, [ACCOUNT_100_V1, ACCOUNT_100_V2, ACCOUNT_200], [SYMA, SYMB_V1, SYMB_V2])
+        w.rows = w.run(1)
+        return w
+
+
+@pytest.fixture(scope="module")
+def split_in_pieces(spark, tmp_path_factory) -> World:
+    """`split` with the candidates selected from every staged record's trade ids and recomputed two at a time."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trade_candidates, "DRIVER_CANDIDATES", 0)
+        patch.setattr(trade_candidates, "TRADES_PER_PIECE", 2)
+        return split_world(World(spark, tmp_path_factory.mktemp("t3-split-pieces")))
+
+
 def split_world(w: World) -> World:
     w.stage(src.TRADE_HISTORY.staging, 1, 1, B1_HISTORY)  # history before Trade.txt
     w.dims(1, [ACCOUNT_100_ONLY_V1], [SYMA, SYMB_V1, SYMB_V2])
@@ -474,6 +497,19 @@ def test_candidates_selected_from_every_record_give_the_same_tables(split, split
     assert split_in_spark.messages() == EXPECTED_ALERTS
     assert split_in_spark.holds_after_2 == split.holds_after_2
     assert split_in_spark.holds_after_4 == split.holds_after_4
+
+
+def test_trades_recomputed_in_pieces_give_the_same_tables(whole_in_pieces, split, split_in_pieces):
+    """A big load reads and recomputes its trades a piece at a time (here two trades a piece): the same DimTrade,
+    alerts and holds as one piece, whole and split."""
+    assert whole_in_pieces.table(wh.DIM_TRADE) == EXPECTED
+    assert whole_in_pieces.messages() == EXPECTED_ALERTS
+    assert whole_in_pieces.rows == {"dimtrade": 6, "dimessages": 2, "trade_holds": 0}
+    assert whole_in_pieces.table(TRADE_HOLDS) == []
+    assert split_in_pieces.table(wh.DIM_TRADE) == EXPECTED
+    assert split_in_pieces.messages() == EXPECTED_ALERTS
+    for stage in ("holds_after_1", "holds_after_2", "holds_after_4"):
+        assert getattr(split_in_pieces, stage) == getattr(split, stage)
 
 
 def test_rerun_of_a_committed_micro_batch_changes_nothing(split):

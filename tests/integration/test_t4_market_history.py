@@ -301,6 +301,23 @@ def test_any_cut_into_micro_batches_gives_the_whole_load(cut, whole, tmp_path):
     assert w.table(MARKET_SLICES) == whole.table(MARKET_SLICES)
 
 
+def test_a_load_computed_in_pieces_of_symbols_gives_the_whole_load(whole, tmp_path, monkeypatch):
+    """A micro-batch with more new records than `RECORDS_PER_PIECE` is computed a piece of symbols at a time
+    (here one symbol a piece): the same rows, alerts and slices."""
+    monkeypatch.setattr(mh, "RECORDS_PER_PIECE", 100)
+    w = World(tmp_path)
+    w.dims(1)
+    w.stage(1, BATCH1)
+    scope = BatchScope(batch_id=1, source_batches=(1,), batch_dates={1: D(2016, 12, 30)})
+    assert len(BATCH1) > 300 and [len(p.new) > 0 for p in mh.pieces(mh.touched(w.ctx, scope))] == [True] * 3
+    w.run(1, 1)
+    w.stage(2, BATCH2)
+    w.run(2, 2)
+    assert w.table(wh.FACT_MARKET_HISTORY) == EXPECTED_ROWS
+    assert w.alerts() == EXPECTED_ALERTS
+    assert w.table(MARKET_SLICES) == whole.table(MARKET_SLICES)
+
+
 def test_a_rerun_of_a_committed_micro_batch_changes_nothing(whole):
     lake = whole.ctx.lake
     before = {t.name: lake.version(t) for t in (wh.FACT_MARKET_HISTORY, MARKET_SLICES)}
