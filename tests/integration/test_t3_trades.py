@@ -348,13 +348,7 @@ EXPECTED_ALERTS = [
 @pytest.fixture(scope="module")
 def whole(spark, tmp_path_factory) -> World:
     """Everything (Batch1 and Batch2 records, every dimension version) in one micro-batch."""
-    w = World(spark, tmp_path_factory.mktemp("t3-whole"))
-    w.stage(src.TRADE_HISTORY.staging, 1, 1, B1_HISTORY)
-    w.stage(src.TRADE.staging, 1, 1, B1_TRADES)
-    w.stage(src.TRADE_CDC.staging, 1, 2, B2_CDC)
-    w.dims(1, [ACCOUNT_100_V1, ACCOUNT_100_V2, ACCOUNT_200], [SYMA, SYMB_V1, SYMB_V2])
-    w.rows = w.run(1)
-    return w
+    return whole_world(World(spark, tmp_path_factory.mktemp("t3-whole")))
 
 
 @pytest.fixture(scope="module")
@@ -378,13 +372,7 @@ def whole_in_pieces(spark, tmp_path_factory) -> World:
     """`whole` with its six trades read and recomputed two at a time (`TRADES_PER_PIECE`), as a big load is."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(trade_candidates, "TRADES_PER_PIECE", 2)
-        w = World(spark, tmp_path_factory.mktemp("t3-whole-pieces"))
-        w.stage(src.TRADE_HISTORY.staging, 1, 1, B1_HISTORY)
-        w.stage(src.TRADE.staging, 1, 1, B1_TRADES)
-        w.stage(src.TRADE_CDC.staging, 1, 2, B2_CDC)
-        w.dims(1, [ACCOUNT_100_V1, ACCOUNT_100_V2, ACCOUNT_200], [SYMA, SYMB_V1, SYMB_V2])
-        w.rows = w.run(1)
-        return w
+        return whole_world(World(spark, tmp_path_factory.mktemp("t3-whole-pieces")))
 
 
 @pytest.fixture(scope="module")
@@ -394,6 +382,15 @@ def split_in_pieces(spark, tmp_path_factory) -> World:
         patch.setattr(trade_candidates, "DRIVER_CANDIDATES", 0)
         patch.setattr(trade_candidates, "TRADES_PER_PIECE", 2)
         return split_world(World(spark, tmp_path_factory.mktemp("t3-split-pieces")))
+
+
+def whole_world(w: World) -> World:
+    w.stage(src.TRADE_HISTORY.staging, 1, 1, B1_HISTORY)
+    w.stage(src.TRADE.staging, 1, 1, B1_TRADES)
+    w.stage(src.TRADE_CDC.staging, 1, 2, B2_CDC)
+    w.dims(1, [ACCOUNT_100_V1, ACCOUNT_100_V2, ACCOUNT_200], [SYMA, SYMB_V1, SYMB_V2])
+    w.rows = w.run(1)
+    return w
 
 
 def split_world(w: World) -> World:
