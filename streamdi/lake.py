@@ -495,7 +495,7 @@ class Lake:
         A feed still held by someone (or being read by another thread) is returned again, not read again: a step's
         checks read back what it wrote while the migration beside the transform reads the same commit, and a first
         load's feed is the size of the table (SF 30's FactMarketHistory: 2.3 GiB). A reader of a few `columns` takes
-        them from a whole feed someone holds, else reads only them (the windows read 6 of FactMarketHistory's 16).
+        them from a whole feed someone holds, else reads only them (the windows read 6 of FactMarketHistory's 15).
         """
         last = self.version(table) if end_version is None else end_version
         stamp = table_id(self.path(table))
