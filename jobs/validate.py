@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,7 +31,7 @@ from schemas import warehouse as wh
 from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from streamdi.context import JobContext
-from streamdi.lake import Lake, within_range
+from streamdi.lake import Lake, sorted_rows, within_range
 from streamdi.pools import kept_pool
 from streamdi.quality import CheckOutcome, Validated, validator
 from streamdi.suites import Suite, key_parameters, suite_path
@@ -97,18 +96,7 @@ def written_rows(lake: Lake, table: Table, app_id: str, batch_id: int) -> pa.Tab
         extra = current.filter(pc.invert(pc.is_in(current[table.key[0]], value_set=written_keys)))
         if extra.num_rows:
             rows = pa.concat_tables([rows, extra.select(table.column_names).cast(rows.schema)])
-    return in_order(rows, table.order_by)
-
-
-def in_order(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
-    """`rows` sorted by `columns`; as they are (no copy) when they already stand in that order, as a first load's
-    feed usually does (every write is in its table's declared order)."""
-    if rows.num_rows < 2 or not columns:
-        return rows
-    order = pc.sort_indices(rows.select(list(columns)), sort_keys=[(c, "ascending") for c in columns])
-    if pc.all(pc.equal(order, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))).as_py():
-        return rows
-    return rows.take(order)
+    return sorted_rows(rows, table.order_by)
 
 
 def key_values(lake: Lake, suite: Suite, rows: pa.Table) -> dict[str, list]:

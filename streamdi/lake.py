@@ -1178,10 +1178,19 @@ def _small_files(delta: DeltaTable) -> int:
 
 
 def _sorted(data: pa.Table, table: Table) -> pa.Table:
-    order = table.order_by or table.key
-    if not order or data.num_rows == 0:
-        return data
-    return data.sort_by([(c, "ascending") for c in order])
+    return sorted_rows(data, table.order_by or table.key)
+
+
+def sorted_rows(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """`rows` sorted by `columns` (ascending, stable, nulls last); as they are (no copy) when they already stand in
+    that order, as most writes do (a source's lines in file order, a step's rows built in key order) and every
+    first-load feed: a sorted copy of a large table is the size of the table (SF 30's staged files in the driver)."""
+    if rows.num_rows < 2 or not columns:
+        return rows
+    order = pc.sort_indices(rows.select(list(columns)), sort_keys=[(c, "ascending") for c in columns])
+    if pc.all(pc.equal(order, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))).as_py():
+        return rows
+    return rows.take(order)
 
 
 def _spark_frame(rows: DataFrame | pa.Table | None) -> bool:
