@@ -65,7 +65,7 @@ def _id_in(file: str, inode: int, mtime_ns: int) -> str:
             if "metaData" in action:
                 return str(action["metaData"]["id"])
         raise LookupError(f"no metaData action in {file}")
-    version = int(json.loads(Path(file).read_text())["version"])
+    version = last_checkpoint(log_dir)
     # single-part (`<v>.checkpoint.parquet`) or multi-part (`<v>.checkpoint.<part>.<parts>.parquet`) checkpoints
     for part in sorted(log_dir.glob(f"{version:020d}.checkpoint*.parquet")):
         for meta in pq.read_table(part, columns=["metaData"])["metaData"].to_pylist():

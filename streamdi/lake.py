@@ -87,7 +87,9 @@ COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this siz
 # Where Spark's executors write a commit's files before the driver moves them into the table and commits them
 # (`Lake._commit_files`); Delta readers and vacuum leave directories whose name starts with "_" alone.
 SCRATCH_DIR = "_streamdi_executor_writes"
-CHANGE_COLUMNS = ("_change_type", "_commit_version")  # what a change feed row has besides the table's columns
+# what a change feed row has besides the table's columns
+CHANGE_FIELDS = (pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()))
+CHANGE_COLUMNS = tuple(f.name for f in CHANGE_FIELDS)
 
 
 DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse (`Lake._dataset`)
@@ -153,8 +155,8 @@ class Lake:
         self._wholes: Kept[pa.Table] = Kept(DATASETS_KEPT)
         self._disk_seconds: Kept[float] = Kept(DATASETS_KEPT)
         self._written: set[Path] = set()  # tables this Lake committed to since its last `compact(written_only=True)`
-        # Change feeds someone still holds, or that one thread is reading: (path, table id, start, end) -> a weak
-        # reference to the feed, or the Future of its read (`changes`)
+        # Change feeds someone still holds, or that one thread is reading: (path, table id, start, end, columns or
+        # None for all) -> a weak reference to the feed, or the Future of its read (`changes`)
         self._feeds: dict[tuple, weakref.ref | Future] = {}
         self._feeds_lock = threading.Lock()
         self._written_lock = threading.Lock()
@@ -501,18 +503,16 @@ class Lake:
         stamp = table_id(self.path(table))
         if stamp is None:
             return self._changes(table, start_version, last, columns)
-        if columns is not None:
-            with self._feeds_lock:
-                entry = self._feeds.get((self.path(table), stamp, start_version, last, None))
-            whole = entry() if isinstance(entry, weakref.ref) else None
-            if whole is not None:
-                return whole.select([*columns, *CHANGE_COLUMNS])
-        key = (self.path(table), stamp, start_version, last, None if columns is None else tuple(columns))
+        whole_key = (self.path(table), stamp, start_version, last, None)
+        key = whole_key if columns is None else (*whole_key[:-1], tuple(columns))
         with self._feeds_lock:
-            entry = self._feeds.get(key)
-            held = entry() if isinstance(entry, weakref.ref) else None
+            whole = self._held_feed(whole_key)
+            if whole is not None:
+                return whole if columns is None else whole.select([*columns, *CHANGE_COLUMNS])
+            held = self._held_feed(key)
             if held is not None:
                 return held
+            entry = self._feeds.get(key)
             reading = entry if isinstance(entry, Future) else None
             if reading is None:
                 self._feeds[key] = mine = Future()
@@ -531,10 +531,15 @@ class Lake:
         mine.set_result(feed)
         return feed
 
+    def _held_feed(self, key: tuple) -> pa.Table | None:
+        """The feed kept under `key` while someone still holds it (call with `_feeds_lock` held)."""
+        entry = self._feeds.get(key)
+        return entry() if isinstance(entry, weakref.ref) else None
+
     def _changes(self, table: Table, start_version: int, last: int, columns: list[str] | None = None) -> pa.Table:
         declared = table.arrow_schema()
         fields = list(declared) if columns is None else [declared.field(c) for c in columns]
-        schema = pa.schema([*fields, pa.field(CHANGE_COLUMNS[0], pa.string()), pa.field(CHANGE_COLUMNS[1], pa.int64())])
+        schema = pa.schema([*fields, *CHANGE_FIELDS])
         appended = appended_files(self.path(table), start_version, last)
         if appended is not None:  # only rows added: the feed is their files' rows (`streamdi.delta_appends`)
             return pa.Table.from_batches(_inserts(appended, schema), schema)
