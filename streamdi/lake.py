@@ -54,7 +54,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.transaction import AddAction
 
 from schemas.model import Table
-from streamdi.delta_appends import appended_files
+from streamdi.delta_appends import appended_files, file_batches
 from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, last_checkpoint, log_version, table_id
 from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
@@ -1096,13 +1096,11 @@ def _inserts(appended: list[tuple[int, list[Path]]], schema: pa.Schema) -> Itera
     names = schema.names[: -len(CHANGE_COLUMNS)]
     declared = pa.schema([schema.field(n) for n in names])
     for version, files in appended:
-        if not files:
-            continue
-        for batch in (b.select(names) for f in files for b in pq.ParquetFile(f).iter_batches(columns=names)):
+        for batch in file_batches(files, declared):
             n = batch.num_rows
             yield pa.RecordBatch.from_arrays(
                 [
-                    *batch.cast(declared).columns,
+                    *batch.columns,
                     pa.nulls(n, pa.string()).fill_null("insert"),
                     pa.array(np.full(n, version, dtype=np.int64)),
                 ],

@@ -26,6 +26,11 @@ tables too: each step commits them with app transaction `<step>/quality/<attempt
 micro-batch as version, so a batch's quality rows become visible with its warehouse rows, even when it changed no
 warehouse table.
 
+When the commits to migrate only appended rows and hold at least `STREAMED_ROWS` of them (a first load's big
+tables), the net change is those rows, and they are read from the commits' data files a piece at a time while
+COPY sends them (`streamdi.delta_appends.AppendedRows`) rather than held as one table: a whole-table feed is GiBs at
+SF 30. Their keys are still checked to be distinct before any row lands.
+
 `streamdi.batch_metrics.rows` counts the change rows of warehouse tables only: the quality record is about the
 data, not data, and leaving it out keeps the figures comparable with those of before it was migrated.
 """
@@ -36,7 +41,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -49,6 +54,7 @@ from schemas.model import Table
 from schemas.quality import QUALITY_TABLES
 from schemas.warehouse import WAREHOUSE_TABLES
 from streamdi.batchlog import DONE, SKIPPED, BatchLog
+from streamdi.delta_appends import AppendedRows
 from streamdi.faults import fault_point
 from streamdi.lake import CommitInfo, Lake
 from streamdi.pools import kept_pool
@@ -61,6 +67,8 @@ log = logging.getLogger(__name__)
 
 # What a migration unit lands by default, in this order inside its transaction.
 MIGRATED_TABLES: tuple[Table, ...] = WAREHOUSE_TABLES + QUALITY_TABLES
+# Appended rows from which a table's change is streamed from its files into COPY instead of held (module docstring).
+STREAMED_ROWS = 200_000
 
 
 def target_version(history: list[CommitInfo], after: int, batch_id: int) -> int:
@@ -137,13 +145,18 @@ def _equal_to_next(data: pa.Table, columns: list[str]) -> pa.Array:
 def rows_per_batch(changes: pa.Table, history: list[CommitInfo]) -> dict[int, int]:
     """Change rows (inserts, update post-images, deletes) of a change feed per batch of the commit that made them.
     Rows of commits that carry no app transaction belong to no batch and are not counted."""
-    batch_of = {c.table_version: c.txn_version for c in history if c.txn_version is not None}
     effective = _without_preimages(changes)
+    per_version = {e["values"]: e["counts"] for e in effective["_commit_version"].value_counts().to_pylist()}
+    return _per_batch(per_version, history)
+
+
+def _per_batch(rows_per_version: Mapping[int, int], history: list[CommitInfo]) -> dict[int, int]:
+    batch_of = {c.table_version: c.txn_version for c in history if c.txn_version is not None}
     counts: dict[int, int] = {}
-    for entry in effective["_commit_version"].value_counts().to_pylist():
-        batch = batch_of.get(entry["values"])
+    for version, n in rows_per_version.items():
+        batch = batch_of.get(version)
         if batch is not None:
-            counts[batch] = counts.get(batch, 0) + entry["counts"]
+            counts[batch] = counts.get(batch, 0) + n
     return counts
 
 
@@ -315,11 +328,17 @@ def _migrate_upto(
         versions[key] = target
         if target <= after:
             return None
-        feed = lake.changes(table, after + 1, target)
+        appended = AppendedRows.of(lake.path(table), after + 1, target, table.arrow_schema())
+        if appended is not None and appended.num_rows >= STREAMED_ROWS:
+            per_batch = _per_batch(appended.rows_per_version, history)
+            upserts, deletes = appended, table.arrow_schema().empty_table().select(list(table.key))
+        else:
+            feed = lake.changes(table, after + 1, target)
+            per_batch = rows_per_batch(feed, history)
+            upserts, deletes = net_changes(feed, table)
         if table.layer == "warehouse":  # batch_metrics.rows counts warehouse data only (see the module docstring)
-            for batch_id, n in rows_per_batch(feed, history).items():
+            for batch_id, n in per_batch.items():
                 rows[batch_id] = rows.get(batch_id, 0) + n
-        upserts, deletes = net_changes(feed, table)
         return TableChange(table=table, delta_version=target, batch_id=upto, upserts=upserts, deletes=deletes)
 
     def changes() -> Iterator[TableChange]:

@@ -18,6 +18,7 @@ from psycopg import Connection, sql
 from psycopg.copy import QueuedLibpqWriter
 
 from schemas.model import Table
+from streamdi.delta_appends import AppendedRows
 from streamdi.faults import fault_point
 from streamdi.warehouse_ddl import DROP_INDEXES_FN, LEDGER_ID, METRICS_ID, REBUILD_INDEXES_FN
 from streamdi.warehouse_model import BatchMetric, TableChange, ledger_key, pg_name, pg_schema
@@ -134,7 +135,7 @@ def _load_empty(conn: Connection, change: TableChange, target: sql.Composable) -
     bulk = change.upserts.num_rows >= BULK_LOAD_ROWS
     if bulk:
         conn.execute(sql.SQL("SELECT {}(%s::regclass)").format(DROP_INDEXES_FN), (regclass,))
-    _copy_arrow(conn, target, _as_declared(change.upserts, change.table), fault_name="pg.during_copy")
+    _copy_arrow(conn, target, change.upserts, change.table, fault_name="pg.during_copy")
     fault_point("pg.after_copy")
     if bulk:
         conn.execute(sql.SQL("SELECT {}(%s::regclass)").format(REBUILD_INDEXES_FN), (regclass,))
@@ -154,7 +155,7 @@ def _upsert_via_temp(conn: Connection, change: TableChange, target: sql.Composab
     key = sql.SQL(", ").join(map(sql.Identifier, table.key))
 
     conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(upserts_tmp, target))
-    _copy_arrow(conn, upserts_tmp, _as_declared(change.upserts, table), fault_name="pg.during_copy")
+    _copy_arrow(conn, upserts_tmp, change.upserts, table, fault_name="pg.during_copy")
     fault_point("pg.after_copy")
 
     deleted = 0
@@ -164,7 +165,7 @@ def _upsert_via_temp(conn: Connection, change: TableChange, target: sql.Composab
                 deletes_tmp, key, target
             )
         )
-        _copy_arrow(conn, deletes_tmp, _as_declared(change.deletes, table))
+        _copy_arrow(conn, deletes_tmp, change.deletes, table)
         match = sql.SQL(" AND ").join(sql.SQL("t.{c} = d.{c}").format(c=sql.Identifier(c)) for c in table.key)
         deleted = conn.execute(
             sql.SQL("DELETE FROM {} AS t USING {} AS d WHERE {}").format(target, deletes_tmp, match)
@@ -203,39 +204,50 @@ def _record_batches(conn: Connection, batches: Sequence[BatchMetric], mode: str)
         )
 
 
-def _as_declared(data: pa.Table, table: Table) -> pa.Table:
+def _as_declared(batch: pa.RecordBatch, table: Table) -> pa.RecordBatch:
     """Cast to the declared Arrow types, then timestamps to zone-less ones: the CSV then carries the
     wall-clock value with no zone suffix, which is what a PostgreSQL `timestamp` stores."""
     schema = table.arrow_schema()
     columns = []
-    for name in data.column_names:
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
         target = schema.field(name).type
-        col = data.column(name)
         if col.type != target:
             col = col.cast(target)
         if pa.types.is_timestamp(target) and target.tz is not None:
             col = col.cast(pa.timestamp(target.unit))
         columns.append(col)
-    return pa.table(columns, names=data.column_names)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
-def _copy_arrow(conn: Connection, table: sql.Composable, data: pa.Table, fault_name: str | None = None) -> None:
-    """Stream `data` into `table` as CSV. Arrow quotes every string value and writes NULL as an empty
-    unquoted field; PostgreSQL's CSV format reads exactly that as '' vs NULL."""
+def _copy_arrow(
+    conn: Connection,
+    target: sql.Composable,
+    rows: pa.Table | AppendedRows,
+    table: Table,
+    fault_name: str | None = None,
+) -> None:
+    """Stream `rows` (of `table`'s columns, or of some of them) into `target` as CSV, a chunk at a time. Arrow
+    quotes every string value and writes NULL as an empty unquoted field; PostgreSQL's CSV format reads exactly
+    that as '' vs NULL."""
     copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-        table, sql.SQL(", ").join(map(sql.Identifier, data.column_names))
+        target, sql.SQL(", ").join(map(sql.Identifier, rows.column_names))
     )
     options = pacsv.WriteOptions(include_header=False)
     # The queued writer sends to the server from a thread: the next chunk is serialized meanwhile.
     with conn.cursor() as cur, cur.copy(copy, writer=QueuedLibpqWriter(cur)) as pg_copy:
-        for i, batch in enumerate(_chunks(data)):
+        for i, batch in enumerate(_chunks(rows)):
             buffer = io.BytesIO()
-            pacsv.write_csv(batch, buffer, options)
+            pacsv.write_csv(_as_declared(batch, table), buffer, options)
             pg_copy.write(buffer.getvalue())
             if i == 0 and fault_name:
                 fault_point(fault_name)
 
 
-def _chunks(data: pa.Table) -> Iterator[pa.RecordBatch]:
-    batches = data.to_batches(max_chunksize=COPY_CHUNK_ROWS)
-    yield from batches or [pa.RecordBatch.from_pylist([], schema=data.schema)]
+def _chunks(rows: pa.Table | AppendedRows) -> Iterator[pa.RecordBatch]:
+    """`rows` in batches of at most `COPY_CHUNK_ROWS`; one empty batch when there are none."""
+    empty = True
+    for batch in rows.to_batches(max_chunksize=COPY_CHUNK_ROWS):
+        empty = False
+        yield batch
+    if empty:
+        yield pa.RecordBatch.from_pylist([], schema=rows.schema)

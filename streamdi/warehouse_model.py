@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from schemas.model import Table
 from schemas.quality import QUALITY_TABLES
+
+if TYPE_CHECKING:
+    from streamdi.delta_appends import AppendedRows
 
 LOADER_ROLE = "streamdi_loader"
 READER_ROLE = "streamdi_reader"
@@ -40,13 +44,14 @@ class TableChange:
 
     `upserts` has every declared column, in declared order, with the Arrow types of
     `schemas.model.arrow_type`, at most one row per key; `deletes` has only the key columns. A key in both is
-    deleted, then upserted (so it ends up present).
+    deleted, then upserted (so it ends up present). A big first load's upserts may be `AppendedRows`, read from
+    the Delta files a piece at a time as they are sent (`streamdi.migrator.STREAMED_ROWS`).
     """
 
     table: Table
     delta_version: int
     batch_id: int
-    upserts: pa.Table
+    upserts: pa.Table | AppendedRows
     deletes: pa.Table
 
 
