@@ -176,6 +176,16 @@ def test_the_shipped_warehouse_suites_load_and_cover_every_table_a_step_builds()
 
 
 # ------------------------------------------------------------------------------------------------ rows checked
+def test_a_big_fact_table_is_read_back_with_only_its_checked_columns_and_keys():
+    # factmarkethistory.yml checks daylow, fiftytwoweeklow, fiftytwoweekhigh, dayhigh, sk_securityid and
+    # sk_companyid; symbol and sk_dateid are its key and order; its prices, volume, yield and ratio are not read
+    suite = load_suites(registry=False)["warehouse.factmarkethistory"]
+    assert validate.checked_columns(suite, wh.FACT_MARKET_HISTORY) == [
+        "sk_securityid", "sk_companyid", "sk_dateid", "fiftytwoweekhigh", "fiftytwoweeklow", "dayhigh", "daylow",
+        "symbol",
+    ]  # fmt: skip
+
+
 def test_the_rows_checked_are_this_micro_batchs_writes_plus_the_current_versions_of_the_keys_it_touched(ctx):
     commit_customers(
         ctx,
@@ -192,6 +202,13 @@ def test_the_rows_checked_are_this_micro_batchs_writes_plus_the_current_versions
     ]
     assert validate.written_rows(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 3) is None
     assert validate.written_rows(ctx.lake, wh.DIM_CUSTOMER, "T1/dimcustomer", 2) is None
+
+    # the steps read back only what the suite and the rows' keys need: the same rows, 8 of DimCustomer's 33 columns
+    columns = validate.checked_columns(load_suites(registry=False)["warehouse.dimcustomer"], wh.DIM_CUSTOMER)
+    assert columns == [
+        "sk_customerid", "customerid", "status", "gender", "tier", "iscurrent", "effectivedate", "enddate"
+    ]  # fmt: skip
+    assert validate.written_rows(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 2, columns) == rows.select(columns)
 
     checks = validate.validate_step(ctx, 2, "T2")
     assert checks.rows == {"warehouse.dimcustomer": 2}
