@@ -633,7 +633,7 @@ class Lake:
             self.ensure_table(table)
         if _spark_frame(df) and self._executors_append(table, mode, deletes):
             return self._commit_files(table, df, app_id, version)
-        data = self.to_arrow(table, df)
+        data = _one_chunk(self.to_arrow(table, df))
         doomed = self._delete_keys(table, deletes)
         return self._checked_commit(
             table,
@@ -1194,6 +1194,14 @@ def sorted_rows(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
     if pc.all(pc.equal(order, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))).as_py():
         return rows
     return rows.take(order)
+
+
+def _one_chunk(data: pa.Table) -> pa.Table:
+    """`data` with each column in one chunk (copied only when it is in several). delta-rs writes the record batches of
+    a table given in several across its threads and interleaves them in its files in no fixed order (deltalake 1.6:
+    batches 1, 3, 5 ... then 2, 4, 6 ..., or the other way round, run to run); one batch keeps the declared order, so
+    the same rows give the same files."""
+    return data if all(column.num_chunks <= 1 for column in data.columns) else data.combine_chunks()
 
 
 def _spark_frame(rows: DataFrame | pa.Table | None) -> bool:

@@ -1359,3 +1359,19 @@ def test_threads_in_turn_open_a_table_once_and_a_read_beside_a_commit_sees_one_w
     for _ in range(3):
         assert lake.read_columns(table, ["id"])["id"].to_pylist().count(23) == 1
     assert len(opened) == 2
+
+
+def test_a_write_of_rows_in_order_in_many_chunks_keeps_them_in_order_in_its_file(tmp_path):
+    """delta-rs spreads the record batches of a table across its threads and writes them interleaved, in an order that
+    changes from run to run; the lake hands it one chunk, so the file holds the rows in the declared order."""
+    import pyarrow.parquet as pq
+
+    lake, table = Lake(tmp_path / "lake"), lake_table("in_many_chunks")
+    pieces = [arrow_rows(table, [row(i) for i in range(start, start + 3)]) for start in range(1, 31, 3)]
+    data = pa.concat_tables(pieces)
+    assert data["id"].num_chunks == 10 and data["id"].to_pylist() == list(range(1, 31))  # in order: not sorted again
+
+    lake.append(table, data, app_id="chunks", version=1)
+
+    ((_, files),) = appended_files(lake.path(table), 1, 1)
+    assert [r for f in files for r in pq.read_table(f)["id"].to_pylist()] == list(range(1, 31))
