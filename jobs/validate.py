@@ -165,11 +165,11 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
     # the suites say which columns to read back (the warm server's validator has them without Great Expectations;
     # one in this process was started importing it when the stage or transform began: `quality.warm_up`)
     quality = validator()
-
-    tables = [table for table in tables if quality.suite_for(table) is not None]
+    suites = {table: suite for table in tables if (suite := quality.suite_for(table)) is not None}
+    tables = list(suites)
 
     def read_back(table: Table) -> pa.Table | None:
-        columns = checked_columns(quality.suite_for(table), table)
+        columns = checked_columns(suites[table], table)
         return written_rows(ctx.lake, table, f"{step}/{table.name}", batch_id, columns)
 
     read = pool.map(read_back, tables)
@@ -178,7 +178,7 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
         return checks
 
     def validated(table: Table, rows: pa.Table) -> Validated:
-        suite = quality.suite_for(table)
+        suite = suites[table]
         parameters = key_values(ctx.lake, suite, rows)
         return quality.validate(suite, rows, batch_id, resumed=attempt > 0, parameters=parameters)
 
