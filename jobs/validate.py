@@ -77,7 +77,9 @@ def written_rows(
 ) -> pa.Table | None:
     """The rows micro-batch `batch_id`'s commit `app_id` wrote to `table` (inserts and update post-images, in
     the declared order), or None when that commit does not exist. With `columns` (the declared order), only those
-    columns are read; they must hold the table's key, order and natural key (`checked_columns`)."""
+    columns are read; they must hold the table's key, order and natural key (`checked_columns`). A commit written a
+    piece at a time keeps its pieces' order (`Lake.written_in_pieces`), as fixed as the declared one, without a
+    sorted copy."""
     if not lake.exists(table):
         return None
     commits = lake.recent_history(table, batch_id)
@@ -101,6 +103,8 @@ def written_rows(
         extra = current.filter(pc.invert(pc.is_in(current[table.key[0]], value_set=written_keys)))
         if extra.num_rows:
             rows = pa.concat_tables([rows, extra.select(columns).cast(rows.schema)])
+    if lake.written_in_pieces(table, commit):  # in a fixed order already: no sorted copy of a big first load
+        return rows
     return sorted_rows(rows, table.order_by)
 
 

@@ -87,6 +87,7 @@ COMPACT_TARGET_BYTES = 32 * 1024 * 1024  # `compact` merges files below this siz
 # Where Spark's executors write a commit's files before the driver moves them into the table and commits them
 # (`Lake._commit_files`); Delta readers and vacuum leave directories whose name starts with "_" alone.
 SCRATCH_DIR = "_streamdi_executor_writes"
+PIECE = "piece"  # in the names of the files `Lake.write_piece` writes
 # what a change feed row has besides the table's columns
 CHANGE_FIELDS = (pa.field("_change_type", pa.string()), pa.field("_commit_version", pa.int64()))
 CHANGE_COLUMNS = tuple(f.name for f in CHANGE_FIELDS)
@@ -753,6 +754,33 @@ class Lake:
         finally:
             _remove_scratch(scratch)
 
+    def write_piece(self, table: Table, rows: pa.Table, *, app_id: str, version: int, position: int) -> int:
+        """Write `rows`, one piece of an append too big to hold whole (a first load computed a piece at a time), as
+        file `position` of commit `(app_id, version)`'s scratch directory, in the table's schema and sorted by its
+        declared order; `append_written` commits the pieces at once, so the table is never whole in memory. Each
+        file is in order within itself, as the executors' files are. Piece 0 first clears what an earlier attempt
+        left. Returns the rows written."""
+        scratch = self.scratch_dir(table, app_id, version)
+        if position == 0:
+            shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True, exist_ok=True)
+        schema = table.arrow_schema()
+        data = _sorted(rows.select(schema.names).cast(schema), table)
+        if data.num_rows:
+            written = scratch / f"part-{position:05d}.{PIECE}.parquet"
+            pq.write_table(data, written, row_group_size=ROW_GROUP_ROWS, compression="snappy")
+        return data.num_rows
+
+    def written_in_pieces(self, table: Table, commit: CommitInfo) -> bool:
+        """Whether `commit` added only files written a piece at a time (`write_piece`): read file after file, its
+        rows come in one fixed order that depends only on the rows (each piece in the declared order, the pieces in
+        their order), though not in the declared order across the pieces."""
+        if commit.app_id is None or commit.txn_version is None:
+            return False
+        added = appended_files(self.path(table), commit.table_version, commit.table_version)
+        stem = f"{_file_stem(commit.app_id, commit.txn_version)}-{PIECE}-"
+        return bool(added) and all(f.name.startswith(stem) for _, files in added for f in files)
+
     def discard_written(self, table: Table, *, app_id: str, version: int) -> None:
         """Remove the files written for commit `(app_id, version)` that will not be committed (a halted stage)."""
         _remove_scratch(self.scratch_dir(table, app_id, version))
@@ -770,7 +798,8 @@ class Lake:
             file_rows, stats = delta_stats(written, schema)
             if file_rows == 0:  # Spark writes a file of no rows for an empty DataFrame
                 continue
-            target = f"{name}-{position:05d}.snappy.parquet"
+            kind = f"{PIECE}-" if written.name.endswith(f".{PIECE}.parquet") else ""
+            target = f"{name}-{kind}{position:05d}.snappy.parquet"
             os.replace(written, path / target)
             info = (path / target).stat()
             actions.append(AddAction(target, info.st_size, {}, info.st_mtime_ns // 1_000_000, True, stats))

@@ -12,6 +12,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from jobs import create_trades, trade_candidates, trades
@@ -503,6 +504,10 @@ def test_trades_recomputed_in_pieces_give_the_same_tables(whole_in_pieces, split
     assert whole_in_pieces.messages() == EXPECTED_ALERTS
     assert whole_in_pieces.rows == {"dimtrade": 6, "dimessages": 2, "trade_holds": 0}
     assert whole_in_pieces.table(TRADE_HOLDS) == []
+    # the first load wrote each piece as a file of its own; the pieces ascend by trade id, as the declared order
+    files = sorted(whole_in_pieces.ctx.lake.path(wh.DIM_TRADE).glob("*.parquet"))
+    assert [f.name for f in files] == [f"T3-dimtrade-v1-piece-{i:05d}.snappy.parquet" for i in range(3)]
+    assert [pq.read_table(f)["tradeid"].to_pylist() for f in files] == [[1, 2], [3, 4], [5, 6]]
     assert split_in_pieces.table(wh.DIM_TRADE) == EXPECTED
     assert split_in_pieces.messages() == EXPECTED_ALERTS
     for stage in ("holds_after_1", "holds_after_2", "holds_after_4"):

@@ -15,15 +15,17 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from jobs import market_history as mh
+from jobs import validate
 from jobs.scope import BatchScope
 from schemas import sources as src
 from schemas import warehouse as wh
 from schemas.holds import MARKET_SLICES
 from streamdi.context import JobContext
-from streamdi.lake import Lake
+from streamdi.lake import SCRATCH_DIR, Lake
 from streamdi.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -311,11 +313,45 @@ def test_a_load_computed_in_pieces_of_symbols_gives_the_whole_load(whole, tmp_pa
     scope = BatchScope(batch_id=1, source_batches=(1,), batch_dates={1: D(2016, 12, 30)})
     assert len(BATCH1) > 300 and [len(p.new) > 0 for p in mh.pieces(mh.touched(w.ctx, scope))] == [True] * 3
     w.run(1, 1)
+    # the first load wrote each piece's rows and slices as a file of its own, each in the declared order
+    for table in (wh.FACT_MARKET_HISTORY, MARKET_SLICES):
+        files = sorted(w.ctx.lake.path(table).glob("*.parquet"))
+        assert [f.name for f in files] == [
+            f"T4-{table.name.replace('_', '-')}-v1-piece-{i:05d}.snappy.parquet" for i in range(len(files))
+        ]
+        assert len(files) >= 2  # a piece whose symbols have no security yet makes no row
+        for file in files:
+            rows = pq.read_table(file).select(list(table.order_by)).to_pylist()
+            assert rows == sorted(rows, key=lambda r: tuple(r.values())) and rows
+    # the checks read the commit back in the pieces' order, which is not the declared one across them: no sorted copy
+    files = sorted(w.ctx.lake.path(wh.FACT_MARKET_HISTORY).glob("*.parquet"))
+    back = validate.written_rows(w.ctx.lake, wh.FACT_MARKET_HISTORY, "T4/factmarkethistory", 1)
+    assert back.to_pylist() == pa.concat_tables(pq.read_table(f) for f in files).select(back.column_names).to_pylist()
+    assert back.to_pylist() != w.ctx.lake.read_arrow(wh.FACT_MARKET_HISTORY).to_pylist()
     w.stage(2, BATCH2)
     w.run(2, 2)
     assert w.table(wh.FACT_MARKET_HISTORY) == EXPECTED_ROWS
     assert w.alerts() == EXPECTED_ALERTS
     assert w.table(MARKET_SLICES) == whole.table(MARKET_SLICES)
+
+
+def test_a_load_in_pieces_replaces_what_an_attempt_that_died_before_its_commit_left(whole, tmp_path, monkeypatch):
+    """Pieces written by an attempt that died before its commit (more of them, other rows) are replaced by the
+    next attempt's: the table holds its rows once."""
+    monkeypatch.setattr(mh, "RECORDS_PER_PIECE", 100)
+    w = World(tmp_path)
+    w.dims(1)
+    w.stage(1, BATCH1)
+    stale = whole.ctx.lake.read_arrow(wh.FACT_MARKET_HISTORY)
+    for position in range(5):
+        w.ctx.lake.write_piece(
+            wh.FACT_MARKET_HISTORY, stale, app_id="T4/factmarkethistory", version=1, position=position
+        )
+    w.run(1, 1)
+    w.stage(2, BATCH2)
+    w.run(2, 2)
+    assert w.table(wh.FACT_MARKET_HISTORY) == EXPECTED_ROWS
+    assert not (w.ctx.lake.path(wh.FACT_MARKET_HISTORY) / SCRATCH_DIR).exists()
 
 
 def test_a_rerun_of_a_committed_micro_batch_changes_nothing(whole):
