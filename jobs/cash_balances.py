@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
 from jobs.messages import alert_rows, commit_alert_changes
-from jobs.scope import BatchScope
+from jobs.scope import BatchScope, record_columns
 from jobs.valid_at import take, valid_versions
 from schemas import sources as src
 from schemas import warehouse as wh
@@ -166,7 +166,8 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if len(accounts) == 0:
         return {}
     wanted = pc.field("ct_ca_id").isin(accounts)
-    staged = [scope.staged_where(ctx, t, wanted) for t in RECORD_TABLES if ctx.lake.exists(t)]
+    read = (*RECORD_FIELDS, "cdc_dsn")
+    staged = [scope.staged_where(ctx, t, wanted, record_columns(t, read)) for t in RECORD_TABLES if ctx.lake.exists(t)]
     versions = pa.table({c: pa.array([], wh.DIM_ACCOUNT.arrow_schema().field(c).type) for c in _VERSION_COLUMNS})
     if ctx.lake.exists(wh.DIM_ACCOUNT):
         versions = ctx.lake.read_where(wh.DIM_ACCOUNT, pc.field("accountid").isin(accounts), list(_VERSION_COLUMNS))

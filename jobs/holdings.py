@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
 from jobs.messages import alert_rows, commit_alert_changes
-from jobs.scope import BatchScope
+from jobs.scope import BatchScope, record_columns
 from schemas import sources as src
 from schemas import warehouse as wh
 from streamdi.context import JobContext
@@ -143,7 +143,8 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if len(trades) == 0:
         return {}
     wanted = pc.field("hh_t_id").isin(trades) & within_range("hh_t_id", trades)
-    staged = [scope.staged_where(ctx, t, wanted) for t in RECORD_TABLES if ctx.lake.exists(t)]
+    read = (*FIELDS, "source_batch", "cdc_dsn")
+    staged = [scope.staged_where(ctx, t, wanted, record_columns(t, read)) for t in RECORD_TABLES if ctx.lake.exists(t)]
     records = holding_records(*staged)
     current = records["hh_t_id"].combine_chunks()
     dim = pa.table({c: pa.array([], wh.DIM_TRADE.arrow_schema().field(c).type) for c in TRADE_COLUMNS})

@@ -56,6 +56,7 @@ from jobs import arrow_ops as ao
 from jobs.market_rows import (
     NO_EARNINGS,
     NOT_LOADED,
+    RECORD_COLUMNS,
     SOURCE,
     TABLE,
     earnings,
@@ -77,7 +78,7 @@ from jobs.market_slices import (
     window_needs,
 )
 from jobs.messages import commit_alert_changes
-from jobs.scope import BatchScope
+from jobs.scope import BatchScope, record_columns
 from jobs.slicing import key_parts
 from jobs.valid_at import take
 from schemas import sources as src
@@ -283,7 +284,8 @@ def _financials(ctx: JobContext, securities: pa.Table, companies: pa.Table) -> p
 
 
 def _read_records(ctx: JobContext, scope: BatchScope, cond: pc.Expression) -> pa.Table:
-    staged = [scope.staged_where(ctx, t, cond) for t in RECORD_TABLES]
+    read = (*RECORD_COLUMNS, "cdc_dsn", "batch_id")
+    staged = [scope.staged_where(ctx, t, cond, record_columns(t, read)) for t in RECORD_TABLES]
     return effective_records(*staged, batch_id=scope.batch_id)
 
 

@@ -111,6 +111,13 @@ class BatchScope:
         )
 
 
+def record_columns(table: Table, columns: tuple[str, ...]) -> list[str]:
+    """Those of `columns` a staging table has (a CDC source's have `cdc_dsn`, its Batch1 file's not): what a step
+    reads of the staged records, not their lineage (source file, line number), which a first load holds for
+    millions of rows."""
+    return [c for c in columns if c in table.column_names]
+
+
 def load_scope(ctx: JobContext, batch_id: int) -> BatchScope:
     """The scope of micro-batch `batch_id`, from the batch log and the staged BatchDate rows."""
     from streamdi.batchlog import BatchLog

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
 from jobs.messages import alert_rows, commit_alert_changes
-from jobs.scope import BatchScope
+from jobs.scope import BatchScope, record_columns
 from jobs.valid_at import take, valid_versions
 from schemas import sources as src
 from schemas import warehouse as wh
@@ -216,7 +216,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     customers = touched_customers(ctx, scope)
     if len(customers) == 0:
         return {}
-    staged = [scope.staged_where(ctx, t, pc.field("w_c_id").isin(customers)) for t in RECORD_TABLES]
+    read = ("w_c_id", "w_s_symb", "w_dts", "w_action", "source_batch", "cdc_dsn")
+    wanted = pc.field("w_c_id").isin(customers)
+    staged = [scope.staged_where(ctx, t, wanted, record_columns(t, read)) for t in RECORD_TABLES]
     records = watch_records(*staged)
     symbols = pc.unique(records["w_s_symb"].combine_chunks())
     cust = _versions(ctx, wh.DIM_CUSTOMER, "customerid", customers, ["customerid", "sk_customerid"])
