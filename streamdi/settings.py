@@ -173,12 +173,13 @@ class Settings(BaseSettings):
         "memory instead of decoding every row group per read (0: none). A table larger than this is read from disk.",
     )
     executor_parse_bytes: int = Field(
-        default=512 << 20,
+        default=256 << 20,
         ge=0,
         description="A delimited source (or FINWIRE) whose files of a micro-batch hold at least this many bytes is "
         "parsed, checked and written by Spark's executors, in pieces of STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES, and only "
         "committed by the driver; a smaller one is parsed in the driver with Arrow, which is quicker on one machine "
-        "(0: always the executors, where the source's checks allow it).",
+        "but holds each parsed source in the driver's memory, several at a time (0: always the executors, where the "
+        "source's checks allow it).",
     )
     executor_parse_chunk_bytes: int = Field(
         default=32 << 20,
