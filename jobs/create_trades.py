@@ -61,12 +61,6 @@ def _anything_to_do(ctx: JobContext, scope: BatchScope) -> bool:
     return False
 
 
-def _write_piece(ctx: JobContext, app_id: str, version: int, parts: list[pa.Table], position: int) -> None:
-    """Write piece `position` of a first load's DimTrade rows as a file of its own, and let go of it in `parts`."""
-    ctx.lake.write_piece(wh.DIM_TRADE, parts[position], app_id=app_id, version=version, position=position)
-    parts[position] = parts[position].slice(0, 0)
-
-
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Recompute the touched trades of this micro-batch; commit DimTrade, then DImessages, then the holds."""
     if not any(ctx.lake.exists(t) for t in SOURCES):
@@ -93,7 +87,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     # whole in memory. Whether there is a second piece is known when it comes.
     first_load = not done[wh.DIM_TRADE.name] and ctx.lake.is_empty(wh.DIM_TRADE)
     app_id = scope.app_id(STEP, wh.DIM_TRADE)
-    in_files = False
+    in_files = None
     for position, piece in enumerate(candidate_pieces(ctx, scope, held_before)):  # one piece but in big loads
         changed = (piece.changed_accounts, piece.changed_symbols)
         states = touched_trades(trade_states(piece.candidates, trade_types), scope.batch_id, holds, *changed)
@@ -103,10 +97,11 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         complete = pc.is_null(built["_reason"])
         resolved_parts.append(ctx.lake.to_arrow(wh.DIM_TRADE, built.filter(complete)))
         if first_load and position == 1:
-            in_files = True
-            _write_piece(ctx, app_id, scope.batch_id, resolved_parts, 0)
-        if in_files:
-            _write_piece(ctx, app_id, scope.batch_id, resolved_parts, position)
+            in_files = ctx.lake.pieces(wh.DIM_TRADE, app_id=app_id, version=scope.batch_id)
+        if in_files is not None:
+            for part in resolved_parts:
+                in_files.add(part)
+            resolved_parts.clear()
         unresolved_parts.append(
             built.filter(pc.invert(complete))
             .select(["tradeid", "_source_batch", "_reason"])
@@ -116,8 +111,8 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     unresolved = pa.concat_tables(unresolved_parts)
     new_holds = next_holds(unresolved, held_before, scope.batch_id, current)
     rows: dict[str, int] = {}
-    if in_files:  # nothing to delete in an empty table
-        rows[wh.DIM_TRADE.name] = ctx.lake.append_written(wh.DIM_TRADE, app_id=app_id, version=scope.batch_id).rows
+    if in_files is not None:  # nothing to delete in an empty table
+        rows[wh.DIM_TRADE.name] = in_files.commit().rows
     elif not done[wh.DIM_TRADE.name]:
         resolved = pa.concat_tables(resolved_parts)
         gone = new_holds.select(["tradeid"])  # a held trade must not stay in DimTrade with old keys

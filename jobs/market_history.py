@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pyarrow as pa
@@ -86,6 +86,7 @@ from schemas import warehouse as wh
 from schemas.holds import MARKET_SLICES
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.lake import PieceFiles
 
 log = logging.getLogger(__name__)
 
@@ -145,29 +146,24 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     # A first load in several pieces writes each piece's rows and slices as files of their own as it goes, and
     # commits each table's files at once: neither table is ever whole in memory (SF 30: 12.7 M rows each).
     in_files = {
-        t
+        t: ctx.lake.pieces(t, app_id=scope.app_id(STEP, t), version=scope.batch_id)
         for t in (TABLE, MARKET_SLICES)
         if len(parts) > 1 and not scope.committed(ctx, STEP, t) and ctx.lake.is_empty(t)
     }
     kept = []
-    for position, piece in enumerate(parts):
+    for piece in parts:
         part = compute(ctx, scope, piece)
-        for t, rows in ((TABLE, part.rows), (MARKET_SLICES, part.slices)):
-            if t in in_files:
-                ctx.lake.write_piece(t, rows, app_id=scope.app_id(STEP, t), version=scope.batch_id, position=position)
-        kept.append(
-            Computed(
-                part.rows.slice(0, 0) if TABLE in in_files else part.rows,
-                part.gone,
-                part.alerts,
-                part.slices.slice(0, 0) if MARKET_SLICES in in_files else part.slices,
-            )
-        )
-        del part
+        if TABLE in in_files:
+            in_files[TABLE].add(part.rows)
+            part = replace(part, rows=part.rows.slice(0, 0))
+        if MARKET_SLICES in in_files:
+            in_files[MARKET_SLICES].add(part.slices)
+            part = replace(part, slices=part.slices.slice(0, 0))
+        kept.append(part)
     computed = Computed(*(pa.concat_tables([getattr(p, f.name) for p in kept]) for f in fields(Computed)))
     out: dict[str, int] = {}
     if not scope.committed(ctx, STEP, TABLE):
-        out[TABLE.name] = _commit(ctx, scope, TABLE, computed.rows, computed.gone, TABLE in in_files)
+        out[TABLE.name] = _commit(ctx, scope, TABLE, computed, in_files)
     owners = [f"SYMB={s}" for s in what.symbols.to_pylist()]
     written = commit_alert_changes(
         ctx, scope, STEP, TABLE.name, computed.alerts, source=SOURCE, texts=(NO_EARNINGS, NOT_LOADED), owners=owners
@@ -175,20 +171,20 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if written:
         out[wh.DI_MESSAGES.name] = written
     # committed even when empty: the slices commit is the step's last, so its app transaction marks it done
-    out[MARKET_SLICES.name] = _commit(ctx, scope, MARKET_SLICES, computed.slices, None, MARKET_SLICES in in_files)
+    out[MARKET_SLICES.name] = _commit(ctx, scope, MARKET_SLICES, computed, in_files)
     log.info("T4 micro-batch %s: factmarkethistory: %s", scope.batch_id, out)
     return out
 
 
 def _commit(
-    ctx: JobContext, scope: BatchScope, table: Table, rows: pa.Table, gone: pa.Table | None, written: bool
+    ctx: JobContext, scope: BatchScope, table: Table, computed: Computed, in_files: dict[Table, PieceFiles]
 ) -> int:
-    """Upsert `rows` (deleting `gone`) into `table`, or commit the pieces `run` wrote as files (`written`); the rows
-    committed."""
-    app_id = scope.app_id(STEP, table)
-    if written:
-        return ctx.lake.append_written(table, app_id=app_id, version=scope.batch_id).rows
-    ctx.lake.upsert(table, rows, app_id=app_id, version=scope.batch_id, deletes=gone)
+    """Commit the pieces `run` wrote as files for `table`, or upsert its computed rows (FactMarketHistory's with its
+    gone keys deleted); the rows committed."""
+    if table in in_files:
+        return in_files[table].commit().rows
+    rows, gone = (computed.rows, computed.gone) if table is TABLE else (computed.slices, None)
+    ctx.lake.upsert(table, rows, app_id=scope.app_id(STEP, table), version=scope.batch_id, deletes=gone)
     return rows.num_rows
 
 

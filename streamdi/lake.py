@@ -771,6 +771,10 @@ class Lake:
             pq.write_table(data, written, row_group_size=ROW_GROUP_ROWS, compression="snappy")
         return data.num_rows
 
+    def pieces(self, table: Table, *, app_id: str, version: int) -> PieceFiles:
+        """A first load's commit `(app_id, version)` of `table` written a piece at a time (`PieceFiles`)."""
+        return PieceFiles(self, table, app_id, version)
+
     def written_in_pieces(self, table: Table, commit: CommitInfo) -> bool:
         """Whether `commit` added only files written a piece at a time (`write_piece`): read file after file, its
         rows come in one fixed order that depends only on the rows (each piece in the declared order, the pieces in
@@ -1097,6 +1101,27 @@ class Lake:
         if self.spark is None:
             raise RuntimeError("this Lake was opened without a SparkSession; pass one to read DataFrames")
         return self.spark
+
+
+@dataclass
+class PieceFiles:
+    """The pieces of one commit, each written as a file of its own as it comes (`Lake.write_piece`, numbered in
+    order), then committed at once (`commit`)."""
+
+    lake: Lake
+    table: Table
+    app_id: str
+    version: int
+    written: int = 0
+
+    def add(self, rows: pa.Table) -> None:
+        self.lake.write_piece(self.table, rows, app_id=self.app_id, version=self.version, position=self.written)
+        self.written += 1
+
+    def commit(self) -> CommitResult:
+        if not self.written:  # nothing of an earlier attempt's may be committed
+            self.lake.discard_written(self.table, app_id=self.app_id, version=self.version)
+        return self.lake.append_written(self.table, app_id=self.app_id, version=self.version)
 
 
 def _file_stem(app_id: str, version: int) -> str:
