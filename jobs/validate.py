@@ -22,7 +22,9 @@ refuses it). Results go to `quality.results` once per (step, attempt): app trans
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import threading
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,7 +33,8 @@ from schemas import warehouse as wh
 from schemas.model import Table
 from schemas.quality import QUALITY_RESULTS
 from streamdi.context import JobContext
-from streamdi.lake import Lake, sorted_rows, within_range
+from streamdi.delta_appends import AppendedRows
+from streamdi.lake import CommitInfo, Lake, sorted_rows, within_range
 from streamdi.pools import kept_pool
 from streamdi.quality import CheckOutcome, Validated, frame_columns, validator
 from streamdi.suites import Suite, key_parameters, suite_path
@@ -57,6 +60,8 @@ NATURAL_KEYS: dict[str, str] = {
 }
 _WRITTEN = pa.array(["insert", "update_postimage"])
 CHECK_THREADS = 3  # a step's tables checked at once: T2 and T3 commit three tables with suites
+LARGE_COMMIT_ROWS = 1_000_000  # a commit of at least this many rows is read back only while no other such is held
+_ONE_LARGE = threading.Lock()
 
 
 @dataclass
@@ -80,10 +85,7 @@ def written_rows(
     columns are read; they must hold the table's key, order and natural key (`checked_columns`). A commit written a
     piece at a time keeps its pieces' order (`Lake.written_in_pieces`), as fixed as the declared one, without a
     sorted copy."""
-    if not lake.exists(table):
-        return None
-    commits = lake.recent_history(table, batch_id)
-    commit = next((c for c in reversed(commits) if c.app_id == app_id and c.txn_version == batch_id), None)
+    commit = written_commit(lake, table, app_id, batch_id)
     if commit is None:
         return None
     columns = columns or table.column_names
@@ -106,6 +108,21 @@ def written_rows(
     if lake.written_in_pieces(table, commit):  # in a fixed order already: no sorted copy of a big first load
         return rows
     return sorted_rows(rows, table.order_by)
+
+
+def written_commit(lake: Lake, table: Table, app_id: str, batch_id: int) -> CommitInfo | None:
+    """Micro-batch `batch_id`'s commit `app_id` to `table`, or None when it does not exist."""
+    if not lake.exists(table):
+        return None
+    commits = lake.recent_history(table, batch_id)
+    return next((c for c in reversed(commits) if c.app_id == app_id and c.txn_version == batch_id), None)
+
+
+def is_large(lake: Lake, table: Table, commit: CommitInfo) -> bool:
+    """Whether `commit` only appended, and at least `LARGE_COMMIT_ROWS` rows (a first load: its log says so
+    without reading a row)."""
+    appended = AppendedRows.of(lake.path(table), commit.table_version, commit.table_version, table.arrow_schema())
+    return appended is not None and appended.num_rows >= LARGE_COMMIT_ROWS
 
 
 def checked_columns(suite: Suite, table: Table) -> list[str]:
@@ -159,9 +176,11 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
     """Run the suite of every table `step` committed in micro-batch `batch_id`, record the results once per
     (step, attempt), and return what they found. From attempt 1 on (after a resume) halt checks only warn."""
     checks = StepChecks(step)
-    # The tables' read-backs, their key lookups and their validations overlap (a validation on the warm server
-    # leaves this process idle; one in this process holds the GIL, and the lookups run in its gaps); the outcomes
-    # are taken in the step's table order.
+    # The tables are checked at once, each read back, its keys looked up and its suite run in one task (a
+    # validation on the warm server leaves this process idle; one in this process holds the GIL, and the lookups
+    # run in its gaps), and its rows let go when its suite has run. A large commit (a first load's FactMarketHistory
+    # at SF 30 is 12.6 M rows, ~1.2 GiB of checked columns) is read back only while no other large one is held, so
+    # a big step's read-backs never sit in memory together. The outcomes are taken in the step's table order.
     pool = kept_pool("step-checks", CHECK_THREADS)
     tables = [table for table in STEP_TABLES.get(step, ()) if suite_path(table).is_file()]
     if not tables:
@@ -170,29 +189,32 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
     # one in this process was started importing it when the stage or transform began: `quality.warm_up`)
     quality = validator()
     suites = {table: suite for table in tables if (suite := quality.suite_for(table)) is not None}
-    tables = list(suites)
 
-    def read_back(table: Table) -> pa.Table | None:
-        columns = checked_columns(suites[table], table)
-        return written_rows(ctx.lake, table, f"{step}/{table.name}", batch_id, columns)
-
-    read = pool.map(read_back, tables)
-    written = [(table, rows) for table, rows in zip(tables, read, strict=True) if rows is not None and rows.num_rows]
-    if not written:
-        return checks
-
-    def validated(table: Table, rows: pa.Table) -> Validated:
+    def checked(table: Table) -> tuple[Validated, int, pa.Table] | None:
         suite = suites[table]
-        parameters = key_values(ctx.lake, suite, rows)
-        return quality.validate(suite, rows, batch_id, resumed=attempt > 0, parameters=parameters)
+        app_id = f"{step}/{table.name}"
+        commit = written_commit(ctx.lake, table, app_id, batch_id)
+        if commit is None:
+            return None
+        with _ONE_LARGE if is_large(ctx.lake, table, commit) else nullcontext():
+            rows = written_rows(ctx.lake, table, app_id, batch_id, checked_columns(suite, table))
+            if rows is None or not rows.num_rows:
+                return None
+            parameters = key_values(ctx.lake, suite, rows)
+            done = quality.validate(suite, rows, batch_id, resumed=attempt > 0, parameters=parameters)
+            # the outcomes and their rows in `quality.results`, not the checked rows
+            return replace(done, kept=rows.schema.empty_table()), rows.num_rows, done.result_rows(batch_id, attempt)
 
     results = []
-    for (_, rows), done in zip(written, pool.map(lambda w: validated(*w), written), strict=True):
+    for found in pool.map(checked, list(suites)):
+        if found is None:
+            continue
+        done, validated_rows, result_rows = found
         name = done.suite.name
         checks.outcomes[name] = done.outcomes
-        checks.rows[name] = rows.num_rows
+        checks.rows[name] = validated_rows
         checks.halts.extend(o.describe(name) for o in done.halts)
-        results.append(done.result_rows(batch_id, attempt))
+        results.append(result_rows)
         for o in done.outcomes:
             if not o.success:
                 log.warning("micro-batch %s after %s: %s (%s)", batch_id, step, o.describe(name), o.action)

@@ -227,6 +227,38 @@ def test_the_rows_checked_are_this_micro_batchs_writes_plus_the_current_versions
     assert results(ctx)[1] == (2, 1, "warehouse.dimcustomer", "one_current_version_per_customer", "overridden", 2, 2)
 
 
+def test_a_large_first_load_is_read_back_only_while_no_other_large_one_is_held(ctx, monkeypatch):
+    read_back = []
+    real = validate.written_rows
+
+    def recorded(lake, table, app_id, batch_id, columns=None):
+        read_back.append((table.name, batch_id, validate._ONE_LARGE.locked()))
+        return real(lake, table, app_id, batch_id, columns)
+
+    monkeypatch.setattr(validate, "written_rows", recorded)
+    monkeypatch.setattr(validate, "LARGE_COMMIT_ROWS", 2)
+    # the step's checks read a large commit back under the one lock for large read-backs, a small one beside it
+    commit_customers(
+        ctx,
+        1,
+        [customer(10, 7, current=True, start="2017-07-01"), customer(20, 8, current=True, start="2017-07-01")],
+    )
+    assert validate.validate_step(ctx, 1, "T2").rows == {"warehouse.dimcustomer": 2}
+    commit_customers(ctx, 2, [customer(11, 7, current=True, start="2017-07-09")])
+    assert validate.validate_step(ctx, 2, "T2").rows == {"warehouse.dimcustomer": 2}
+    assert read_back == [("dimcustomer", 1, True), ("dimcustomer", 2, False)]
+    assert not validate._ONE_LARGE.locked()
+
+    # large: a commit that only appended (a first load) of at least LARGE_COMMIT_ROWS rows, told by its log
+    first = validate.written_commit(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 1)
+    second = validate.written_commit(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 2)
+    assert validate.written_commit(ctx.lake, wh.DIM_CUSTOMER, "T2/dimcustomer", 3) is None
+    assert validate.is_large(ctx.lake, wh.DIM_CUSTOMER, first)  # 2 rows appended
+    assert not validate.is_large(ctx.lake, wh.DIM_CUSTOMER, second)  # a MERGE
+    monkeypatch.setattr(validate, "LARGE_COMMIT_ROWS", 3)
+    assert not validate.is_large(ctx.lake, wh.DIM_CUSTOMER, first)
+
+
 def test_a_correct_scd2_change_passes_every_shipped_check(ctx):
     commit_customers(ctx, 1, [customer(10, 7, current=True, start="2017-07-01")])
     commit_customers(
