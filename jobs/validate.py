@@ -86,8 +86,11 @@ def written_rows(
     piece at a time keeps its pieces' order (`Lake.written_in_pieces`), as fixed as the declared one, without a
     sorted copy."""
     commit = written_commit(lake, table, app_id, batch_id)
-    if commit is None:
-        return None
+    return None if commit is None else commit_rows(lake, table, commit, columns)
+
+
+def commit_rows(lake: Lake, table: Table, commit: CommitInfo, columns: list[str] | None = None) -> pa.Table:
+    """`written_rows` of a commit found (`written_commit`)."""
     columns = columns or table.column_names
     feed = lake.changes(table, commit.table_version, commit.table_version, columns=columns)
     written = pc.is_in(feed["_change_type"], value_set=_WRITTEN)
@@ -197,8 +200,8 @@ def validate_step(ctx: JobContext, batch_id: int, step: str, *, attempt: int = 0
         if commit is None:
             return None
         with _ONE_LARGE if is_large(ctx.lake, table, commit) else nullcontext():
-            rows = written_rows(ctx.lake, table, app_id, batch_id, checked_columns(suite, table))
-            if rows is None or not rows.num_rows:
+            rows = commit_rows(ctx.lake, table, commit, checked_columns(suite, table))
+            if not rows.num_rows:
                 return None
             parameters = key_values(ctx.lake, suite, rows)
             done = quality.validate(suite, rows, batch_id, resumed=attempt > 0, parameters=parameters)

@@ -229,13 +229,13 @@ def test_the_rows_checked_are_this_micro_batchs_writes_plus_the_current_versions
 
 def test_a_large_first_load_is_read_back_only_while_no_other_large_one_is_held(ctx, monkeypatch):
     read_back = []
-    real = validate.written_rows
+    real = validate.commit_rows
 
-    def recorded(lake, table, app_id, batch_id, columns=None):
-        read_back.append((table.name, batch_id, validate._ONE_LARGE.locked()))
-        return real(lake, table, app_id, batch_id, columns)
+    def recorded(lake, table, commit, columns=None):
+        read_back.append((table.name, commit.txn_version, validate._ONE_LARGE.locked()))
+        return real(lake, table, commit, columns)
 
-    monkeypatch.setattr(validate, "written_rows", recorded)
+    monkeypatch.setattr(validate, "commit_rows", recorded)
     monkeypatch.setattr(validate, "LARGE_COMMIT_ROWS", 2)
     # the step's checks read a large commit back under the one lock for large read-backs, a small one beside it
     commit_customers(
