@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from streamdi.lake import MIB, Lake
+from streamdi.memory import keep_giving_back
 from streamdi.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class JobContext:
             settings.lake_root, spark, spark_factory=lambda: self.spark, resident_bytes=settings.resident_mb * MIB
         )
         self._warehouse: Warehouse | None = None
+        keep_giving_back(settings.malloc_trim_seconds)  # the process's freed memory back to the system
         self._starting = threading.Lock()
         self._opening = threading.Lock()
 
