@@ -7,18 +7,15 @@ memory nothing uses. Measured on SF 30 Batch1 (bench/README.md, a fourteenth ses
 the transform, and a peak ~0.7 GiB higher than with it given back. `keep_giving_back` starts one daemon thread per
 process that calls `malloc_trim(0)` every few seconds (`Settings.malloc_trim_seconds`); the call releases the free
 pages of every heap, not only the top of the main one, and holds no Python lock while it works. Where there is no
-glibc (musl, macOS) nothing is done. Arrow's pool (mimalloc) and delta-rs's allocator (jemalloc) return their own
-memory by themselves.
+glibc (musl, macOS) nothing is done. Arrow's pool (mimalloc) and delta-rs's allocator (jemalloc) keep memory of
+their own, which this does not touch.
 """
 
 from __future__ import annotations
 
 import ctypes
-import logging
 import threading
 import time
-
-log = logging.getLogger(__name__)
 
 
 def _malloc_trim():
