@@ -65,6 +65,8 @@ class BatchScope:
             return None
         wanted = [c for c in columns if c not in CHANGE_COLUMNS]  # the feed has those anyway
         feed = ctx.lake.changes(table, versions[0], versions[-1], columns=wanted)
+        if versions[-1] - versions[0] + 1 == len(versions):  # no other commit in between: the whole feed is ours
+            return feed.select(columns)  # (no filtered copy: a first load's feed is the size of the table)
         mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
         return mine.select(columns)
 

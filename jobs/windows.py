@@ -389,7 +389,7 @@ def _recompute(
     while True:
         records = src.read(ctx, read)
         late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
-        on_time = records.filter(~late)
+        on_time = records.filter(~late) if late.any() else records  # (no copy of a read without late records)
         new = kept(results(source, on_time, windows, span, table), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         names = new["window_name"].to_pylist() if sessions and read[0] > earliest else []

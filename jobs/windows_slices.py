@@ -48,7 +48,7 @@ class Records:
 
     ts: np.ndarray
     batch: np.ndarray
-    ident: pa.Array
+    ident: pa.Array | None  # None where no one asks (the step's reads: late records are judged from the change feed)
     nodes: dict[str, pa.Array]
     measures: dict[str, np.ndarray]
 
@@ -60,7 +60,7 @@ class Records:
         return Records(
             self.ts[keep],
             self.batch[keep],
-            self.ident.filter(mask),
+            None if self.ident is None else self.ident.filter(mask),
             {k: v.filter(mask) for k, v in self.nodes.items()},
             {k: v[keep] for k, v in self.measures.items()},
         )

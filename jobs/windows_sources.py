@@ -48,7 +48,7 @@ class Changes:
     batch: np.ndarray  # its TPC-DI batch
     after: np.ndarray  # True for an after image (the record now), False for a before image
     batches: np.ndarray  # TPC-DI batches of every changed record
-    rows: pa.Table  # every changed record (counting or not)
+    rows: pa.Table  # every changed record (counting or not): the columns of its message key only
     counting: np.ndarray  # which of `rows` count (ts, batch and after are theirs, in order)
     key_of: Callable[[pa.Table], pa.Array]  # message keys of rows
 
@@ -106,7 +106,7 @@ class TradeSource:
             batch=ao.column(done, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
             after=np.asarray(done["_after"], dtype=bool),
             batches=ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
-            rows=net,
+            rows=net.select(["tradeid"]),
             counting=counts,
             key_of=self._ident,
         )
@@ -157,7 +157,7 @@ class TradeSource:
         return Records(
             ts=ts,
             batch=ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
-            ident=self._ident(rows),
+            ident=None,
             nodes=nodes,
             measures={
                 "trades": np.ones(rows.num_rows, np.int64),
@@ -182,7 +182,8 @@ class MarketSource:
             return None
         batches = ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
         every = np.ones(net.num_rows, dtype=bool)
-        return Changes(self._ts(net), batches, np.asarray(net["_after"], dtype=bool), batches, net, every, self._ident)
+        keys = net.select(["symbol", "sk_dateid"])
+        return Changes(self._ts(net), batches, np.asarray(net["_after"], dtype=bool), batches, keys, every, self._ident)
 
     @staticmethod
     def _ts(rows: pa.Table) -> np.ndarray:
@@ -213,7 +214,7 @@ class MarketSource:
         return Records(
             ts=ts,
             batch=ao.column(rows, "batchid").to_numpy(zero_copy_only=False).astype(np.int64),
-            ident=self._ident(rows),
+            ident=None,
             nodes=route_securities(ctx, rows["symbol"], np.floor_divide(ts, US_PER_DAY), rows["sk_companyid"]),
             measures={
                 "days": np.ones(rows.num_rows, np.int64),
