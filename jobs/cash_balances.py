@@ -194,5 +194,5 @@ _VERSION_COLUMNS = ("accountid", "sk_accountid", "sk_customerid", "effectivedate
 def _stored(ctx: JobContext, accounts: pa.Array, rows: pa.Table) -> pa.Table:
     """The touched accounts' rows in the table."""
     if not ctx.lake.exists(TABLE):
-        return rows.slice(0, 0)
+        return rows.schema.empty_table()
     return ctx.lake.read_where(TABLE, pc.field("accountid").isin(accounts))

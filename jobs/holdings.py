@@ -170,7 +170,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 def _rows_gone(ctx: JobContext, trades: pa.Array, rows: pa.Table) -> pa.Table:
     """Keys of the touched trades' rows in the table that the recomputation no longer gives."""
     if not ctx.lake.exists(TABLE):
-        return rows.select(list(TABLE.key)).slice(0, 0)
+        return rows.select(list(TABLE.key)).schema.empty_table()
     named = pc.field("currenttradeid").isin(trades) & within_range("currenttradeid", trades)
     existing = ctx.lake.read_where(TABLE, named, list(TABLE.key))
     return existing.join(rows.select(list(TABLE.key)), keys=list(TABLE.key), join_type="left anti")

@@ -153,12 +153,13 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     kept = []
     for piece in parts:
         part = compute(ctx, scope, piece)
+        # (a piece written is let go: an empty table of its schema, not a slice of it, which would hold its buffers)
         if TABLE in in_files:
             in_files[TABLE].add(part.rows)
-            part = replace(part, rows=part.rows.slice(0, 0))
+            part = replace(part, rows=part.rows.schema.empty_table())
         if MARKET_SLICES in in_files:
             in_files[MARKET_SLICES].add(part.slices)
-            part = replace(part, slices=part.slices.slice(0, 0))
+            part = replace(part, slices=part.slices.schema.empty_table())
         kept.append(part)
     computed = Computed(*(pa.concat_tables([getattr(p, f.name) for p in kept]) for f in fields(Computed)))
     out: dict[str, int] = {}
@@ -359,5 +360,5 @@ def _dimension(ctx: JobContext, table: Table, natural: str, values: pa.Array, co
 def _stored(ctx: JobContext, symbols: pa.Array, rows: pa.Table) -> pa.Table:
     """The whole symbols' rows in the table (the rows of the other symbols are only added to or replaced)."""
     if len(symbols) == 0 or not ctx.lake.exists(TABLE):
-        return rows.slice(0, 0)
+        return rows.schema.empty_table()
     return ctx.lake.read_where(TABLE, pc.field("symbol").isin(symbols.cast(pa.string())))

@@ -328,8 +328,8 @@ def joined_count(
     def fold(rows: pa.Table) -> tuple[int, pa.Table]:
         folded.append(rows.num_rows)
         kept = _joined(rows, lookups, keys)
-        if kept is None:
-            return rows.num_rows, rows.slice(0, 0)
+        if kept is None:  # (kept per file: an empty table, as a slice would hold the file's rows)
+            return rows.num_rows, rows.schema.empty_table()
         return int(pc.sum(kept.cast(pa.int64())).as_py() or 0), rows.filter(pc.invert(kept))
 
     stored = Kept(lake.root)

@@ -258,5 +258,5 @@ def _versions(ctx: JobContext, dim: Table, natural: str, values: pa.Array, colum
 def _stored(ctx: JobContext, customers: pa.Array, rows: pa.Table) -> pa.Table:
     """The touched customers' rows in the table."""
     if not ctx.lake.exists(TABLE):
-        return rows.slice(0, 0)
+        return rows.schema.empty_table()
     return ctx.lake.read_where(TABLE, pc.field("customerid").isin(customers))

@@ -120,7 +120,7 @@ def net_changes(changes: pa.Table, table: Table) -> tuple[pa.Table, pa.Table]:
         deletes = last.filter(is_delete).select(key)
     else:
         upserts = last.select(table.column_names)
-        deletes = last.select(key).slice(0, 0)
+        deletes = last.select(key).schema.empty_table()
     return upserts.cast(table.arrow_schema()), deletes
 
 
