@@ -265,3 +265,54 @@ def test_a_kept_session_that_chains_back_past_the_read_is_read_whole(tmp_path, m
     w.commit(1, wh.DIM_TRADE, trades)
     w.run(1, 1)
     assert w.windows("chain", "account") == [("45", "2017-07-03 00:00", "2017-07-06 00:40", 87, 87)]
+
+
+def market(day: str, volume: int, batch: int, high: str = "11.00", low: str = "9.00") -> dict:
+    d = dt.date.fromisoformat(day)
+    return {
+        "symbol": "AAA",
+        "sk_dateid": int(d.strftime("%Y%m%d")),
+        "sk_securityid": 11,
+        "sk_companyid": 31,
+        "volume": volume,
+        "dayhigh": Decimal(high),
+        "daylow": Decimal(low),
+        "closeprice": Decimal("10.00"),
+        "batchid": batch,
+    }
+
+
+def test_market_rows_inserted_then_corrected_move_their_week(tmp_path):
+    """FactMarketHistory's change feed, inserts only and then with updates (a corrected volume and high) and an
+    equal re-delivery: the week per industry and sector follows each correction, the re-delivery changes nothing."""
+    w = World(tmp_path)
+    w.reference(1)
+    w.commit(1, wh.FACT_MARKET_HISTORY, [market("2017-07-03", 100, 1), market("2017-07-04", 200, 1)], "T4")
+    w.run(1, 1)
+
+    def week() -> list[tuple]:
+        rows = w.ctx.lake.read_arrow(ws.MARKET_WINDOWS).to_pylist()
+        return sorted(
+            (r["level"], r["node"], str(r["window_start"])[:10], r["days"], r["volume"], str(r["high"]))
+            for r in rows
+            if r["window_name"] == "market_week"
+        )
+
+    assert week() == [
+        ("industry", "SW", "2017-07-03", 2, 300, "11.00"),
+        ("sector", "TC", "2017-07-03", 2, 300, "11.00"),
+    ]
+    # an update of measures only (same TPC-DI batch: only the measures tell its images apart)
+    w.commit(2, wh.FACT_MARKET_HISTORY, [market("2017-07-04", 250, 1, high="12.50")], "T4")
+    w.commit(2, wh.FACT_MARKET_HISTORY, [market("2017-07-12", 50, 2)], "T4b")  # and an insert, a week later
+    w.run(2, 2)
+    corrected = [
+        ("industry", "SW", "2017-07-03", 2, 350, "12.50"),
+        ("industry", "SW", "2017-07-10", 1, 50, "11.00"),
+        ("sector", "TC", "2017-07-03", 2, 350, "12.50"),
+        ("sector", "TC", "2017-07-10", 1, 50, "11.00"),
+    ]
+    assert week() == corrected
+    w.commit(3, wh.FACT_MARKET_HISTORY, [market("2017-07-12", 50, 2)], "T4")  # equal: no change, no feed
+    assert w.run(3, 2) == {}
+    assert week() == corrected
