@@ -24,9 +24,20 @@ class JobContext:
     """Settings, lake and warehouse for one process; Spark and PostgreSQL start only when first used, so a
     run with nothing to do costs no JVM start."""
 
-    def __init__(self, settings: Settings, spark: SparkSession | None = None, lake: Lake | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        spark: SparkSession | None = None,
+        lake: Lake | None = None,
+        *,
+        one_run: bool = False,
+    ) -> None:
         self.settings = settings
         self._spark = spark
+        # One run and the process ends (`streamdi load`): Spark is stopped once the run needs it no more
+        # (`spark_done`). A session given here is the caller's, never stopped.
+        self._stops_spark = one_run and spark is None
+        self._own_jvm = False  # the JVM of `spark` was started by this context
         self.lake = lake or Lake(
             settings.lake_root, spark, spark_factory=lambda: self.spark, resident_bytes=settings.resident_mb * MIB
         )
@@ -39,9 +50,11 @@ class JobContext:
     def spark(self) -> SparkSession:
         with self._starting:  # a start begun by `start_spark` is waited for, not repeated
             if self._spark is None:
-                from streamdi.spark import get_spark
+                from streamdi.spark import get_spark, jvm_started
 
+                had_jvm = jvm_started()
                 self._spark = get_spark(self.settings)
+                self._own_jvm = not had_jvm and jvm_started()  # (not a session someone else in the process uses)
         return self._spark
 
     def forget_exited_spark(self) -> int | None:
@@ -54,9 +67,26 @@ class JobContext:
 
             code = forget_exited_jvm()
             if code is not None:
-                self._spark = None
+                self._spark, self._own_jvm = None, False
                 self.lake.spark = None  # the lake asks `spark` again (`spark_factory`)
             return code
+
+    def spark_done(self) -> None:
+        """The run needs Spark no more (its last stage is over): in a one-run context, stop the JVM Spark started in
+        this process, in the background (the next use of `spark` waits for that and starts a new one)."""
+        if self._stops_spark and self._own_jvm:
+            threading.Thread(target=self._stop_spark, name="spark-stop", daemon=True).start()
+
+    def _stop_spark(self) -> None:
+        with self._starting:
+            if self._spark is None or not self._own_jvm:
+                return
+            spark, self._spark, self._own_jvm = self._spark, None, False
+            from streamdi.spark import stop_spark
+
+            self.lake.spark = None  # the lake asks `spark` again (`spark_factory`)
+            with contextlib.suppress(Exception):  # the load goes on either way; the process's exit ends the JVM
+                stop_spark(spark)
 
     def start_spark(self) -> None:
         """Start Spark in a background thread, for a caller that knows it will need it: the JVM starts on the
@@ -96,6 +126,7 @@ class JobContext:
             _ = self.warehouse
 
 
-def open_context(settings: Settings) -> JobContext:
-    """A context whose lake lives under `settings.lake_root`; nothing is started yet."""
-    return JobContext(settings)
+def open_context(settings: Settings, *, one_run: bool = False) -> JobContext:
+    """A context whose lake lives under `settings.lake_root`; nothing is started yet. `one_run`: the process makes
+    one run and ends (`JobContext.spark_done`)."""
+    return JobContext(settings, one_run=one_run)

@@ -122,12 +122,17 @@ def copy_home(source: Path, target: Path) -> None:
     subprocess.run(["cp", "-a", str(source), str(target)], check=True)
 
 
+def driver_jvms(pid: int) -> list[psutil.Process]:
+    """The driver JVMs that process `pid` started and that still run (PySpark's `spark-submit ... pyspark-shell`, not
+    a `java -version` probe)."""
+    return [p for p in psutil.Process(pid).children(recursive=True) if _is_driver_jvm(p)]
+
+
 def kill_driver_jvm(pid: int, timeout: float = 300) -> None:
-    """SIGKILL the driver JVM that process `pid` started (PySpark's `spark-submit ... pyspark-shell`, not a `java
-    -version` probe), as the kernel's out-of-memory killer would, and wait until it has exited (a zombie until its
-    parent reaps it)."""
+    """SIGKILL the driver JVM that process `pid` started (`driver_jvms`), as the kernel's out-of-memory killer would,
+    and wait until it has exited (a zombie until its parent reaps it)."""
     deadline = time.monotonic() + timeout
-    while not (jvms := [p for p in psutil.Process(pid).children(recursive=True) if _is_driver_jvm(p)]):
+    while not (jvms := driver_jvms(pid)):
         assert time.monotonic() < deadline, f"process {pid} started no driver JVM"
         time.sleep(0.1)
     assert len(jvms) == 1, jvms

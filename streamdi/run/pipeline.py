@@ -404,6 +404,8 @@ def drive(
             report.steps.append(step)
             if step.detail.get("halted"):
                 break  # the stage halted its batch: nothing after it may run
+            if stage_name == "stage" and all(s != "stage" for _, s in report.plan[i + 1 :]):
+                ctx.spark_done()  # the transform and the migration run on Arrow: only a stage uses Spark
         if part is not None and not _halted(report):
             _run_part(ctx, scope.last_batch, part, progress.states, report, on_step)
 

@@ -11,6 +11,7 @@ the batch log alike.
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from builders import at_scale
@@ -186,6 +187,43 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
     assert "the steps that finished are not redone" in said
     assert load(home, data, 1) == 0
     assert load(home, data, 2) == 0
+    assert snapshot(home) == expected
+
+
+def test_a_load_stops_its_spark_once_its_stage_is_done_and_ends_where_the_reference_ended(data, reference, tmp_path):
+    """`streamdi load` of Batch1 with its staged sources parsed by Spark's executors (`executors`): the transform and
+    the migration run on Arrow, so once the stage is over the process stops its driver JVM (and its Python workers)
+    rather than holding them to its end; paused in the transform, the process has no JVM left. Batch1 then Batch2
+    (a new process, which starts a JVM of its own) end where the reference run ended."""
+    import subprocess
+
+    from cli_runs import STREAMDI, driver_jvms, env_for, wait_paused
+
+    expected, _, _ = reference
+    home = tmp_path / "home"
+    paused = tmp_path / "paused"
+    env = {
+        **env_for(home, fault="lake.before_commit:T2/dimaccount", executors=True),
+        "STREAMDI_FAULT_PAUSE": str(paused),
+    }
+    loading = subprocess.Popen(
+        [STREAMDI, "load", "--data", str(data), "--batch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_paused(paused, loading)
+        deadline = time.monotonic() + 60
+        while driver_jvms(loading.pid):
+            assert time.monotonic() < deadline, "the driver JVM still runs in the transform"
+            time.sleep(0.2)
+        paused.unlink()
+        _, stderr = loading.communicate(timeout=300)
+    finally:
+        if loading.poll() is None:
+            loading.kill()
+        paused.unlink(missing_ok=True)
+    assert loading.returncode == 0, stderr.decode()[-3000:]
+    assert list((home / "lake" / "staging" / "trade").glob("stage-trade-v1-*.snappy.parquet"))  # the executors
+    assert load(home, data, 2, executors=True) == 0
     assert snapshot(home) == expected
 
 

@@ -119,3 +119,56 @@ print(json.dumps(out))
     assert out["exit"] == -9 and out["forgotten"] == -9
     assert out["again"] == 5 and out["lake_reads_again"] is True
     assert out["second_pid"] != out["first_pid"] and out["exit_after"] is None
+
+
+def test_a_one_run_context_stops_the_jvm_it_started_once_told_spark_is_done(tmp_path):
+    """`JobContext.spark_done` (a run past its last stage): a one-run context stops the driver JVM it started, which
+    exits, and starts another on its next use of Spark; a context not made for one run, or one whose Spark was already
+    running in the process when it first asked, leaves the JVM alone."""
+    import json
+    import subprocess
+    import sys
+
+    script = """
+import json, sys, threading
+from pyspark import SparkContext
+from streamdi.context import JobContext
+from streamdi.settings import Settings
+from streamdi.spark import driver_jvm_exit
+
+def done_waited(ctx):
+    ctx.spark_done()
+    for t in threading.enumerate():
+        if t.name == "spark-stop":
+            t.join(60)
+
+settings = Settings(home=sys.argv[1], spark_master="local[1]")
+out = {}
+one = JobContext(settings, one_run=True)
+out["own_count"] = one.spark.range(4).count()
+own = SparkContext._gateway.proc
+done_waited(one)
+out["own_exit"] = own.poll()
+out["gateway_gone"] = SparkContext._gateway is None
+out["again"] = one.spark.range(5).count()
+second = SparkContext._gateway.proc
+out["new_jvm"] = second.pid != own.pid and driver_jvm_exit() is None
+kept = JobContext(settings)  # not one run (the stream service's, a bench's)
+out["kept_count"] = kept.spark.range(2).count()
+done_waited(kept)
+out["kept_alive"] = second.poll() is None
+borrowing = JobContext(settings, one_run=True)  # its first ask finds the JVM above running
+out["borrowed_count"] = borrowing.spark.range(3).count()
+done_waited(borrowing)
+out["borrowed_alive"] = second.poll() is None
+print(json.dumps(out))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["own_count"] == 4 and out["own_exit"] is not None and out["gateway_gone"] is True
+    assert out["again"] == 5 and out["new_jvm"] is True
+    assert (out["kept_count"], out["kept_alive"]) == (2, True)
+    assert (out["borrowed_count"], out["borrowed_alive"]) == (3, True)

@@ -42,7 +42,7 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
     from streamdi.context import open_context
     from streamdi.run.pipeline import run_pending
 
-    ctx = ctx or open_context(settings)
+    ctx = ctx or open_context(settings, one_run=True)  # (a context of its own: one run, then the process ends)
 
     def show_plan(plan: list[tuple[int, str]]) -> None:
         if plan:
