@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,10 +46,25 @@ class AirflowServer:
     def trigger(self, dag_id: str, conf: dict) -> str:
         """Unpause `dag_id` and start a run with `conf`; returns the run id."""
         self.wait_for_dag(dag_id)
-        assert self.api.patch(f"/dags/{dag_id}", json={"is_paused": False}).is_success
-        created = self.api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        unpaused = self._unlocked(lambda: self.api.patch(f"/dags/{dag_id}", json={"is_paused": False}))
+        assert unpaused.is_success, unpaused.text
+        created = self._unlocked(
+            lambda: self.api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        )
         assert created.status_code == 200, created.text
         return created.json()["dag_run_id"]
+
+    @staticmethod
+    def _unlocked(call, attempts: int = 6) -> httpx.Response:
+        """`call()` again while it fails with a server error: Airflow's SQLite metadata database answers a write
+        with 500 after 5 s when the scheduler holds it (seen right after a run ends, as its last task is recorded);
+        such a write was rolled back, so a new attempt does it once."""
+        for _ in range(attempts - 1):
+            response = call()
+            if response.status_code < 500:
+                return response
+            time.sleep(2)
+        return call()
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 900) -> str:
         def finished():
