@@ -155,3 +155,26 @@ def wait_paused(marker: Path, process: subprocess.Popen, timeout: float = 300, o
     while not marker.exists():
         assert process.poll() is None and time.monotonic() < deadline, (output or process.communicate)()
         time.sleep(0.1)
+
+
+def load_paused_at(home: Path, data: Path, batch: int, fault: str, while_paused, **env_options) -> tuple[int, str]:
+    """`streamdi load` of `batch` paused at the fault point `fault` (`STREAMDI_FAULT_PAUSE`): `while_paused(pid)` runs
+    while it waits there, then it goes on; returns its exit code and its stderr. `env_options` go to `env_for`."""
+    paused = home.parent / f"{home.name}.paused"
+    env = {**env_for(home, fault=fault, **env_options), "STREAMDI_FAULT_PAUSE": str(paused)}
+    loading = subprocess.Popen(
+        [STREAMDI, "load", "--data", str(data), "--batch", str(batch)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_paused(paused, loading)
+        while_paused(loading.pid)
+        paused.unlink()
+        _, stderr = loading.communicate(timeout=300)
+    finally:
+        if loading.poll() is None:
+            loading.kill()
+        paused.unlink(missing_ok=True)
+    return loading.returncode, stderr.decode()

@@ -158,32 +158,15 @@ def test_a_driver_jvm_killed_under_load_is_named_and_the_rerun_equals_the_uncras
     CashTransaction's staging commit, a Batch1 source, with the larger ones still to parse): the command fails and says,
     after the traceback, that the JVM was killed and that a rerun does not redo finished steps; the reruns of Batch1
     and Batch2 end where the uncrashed run ended."""
-    import subprocess
-
-    from cli_runs import STREAMDI, env_for, kill_driver_jvm, wait_paused
+    from cli_runs import kill_driver_jvm, load_paused_at
 
     expected, _, _ = reference
     home = tmp_path / "home"
-    paused = tmp_path / "paused"
-    env = {
-        **env_for(home, fault="lake.after_commit:stage/cashtransaction", executors=True),
-        "STREAMDI_FAULT_PAUSE": str(paused),
-    }
-    loading = subprocess.Popen(
-        [STREAMDI, "load", "--data", str(data), "--batch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    try:
-        wait_paused(paused, loading)
-        kill_driver_jvm(loading.pid)
-        paused.unlink()
-        _, stderr = loading.communicate(timeout=300)
-    finally:
-        if loading.poll() is None:
-            loading.kill()
-        paused.unlink(missing_ok=True)
-    assert loading.returncode == 1
-    said = " ".join(stderr.decode().split())  # the message as one line, whatever the terminal width
-    assert "The Spark driver JVM exited during the run: killed by SIGKILL" in said, stderr.decode()[-3000:]
+    fault = "lake.after_commit:stage/cashtransaction"
+    code, stderr = load_paused_at(home, data, 1, fault, kill_driver_jvm, executors=True)
+    assert code == 1
+    said = " ".join(stderr.split())  # the message as one line, whatever the terminal width
+    assert "The Spark driver JVM exited during the run: killed by SIGKILL" in said, stderr[-3000:]
     assert "the steps that finished are not redone" in said
     assert load(home, data, 1) == 0
     assert load(home, data, 2) == 0
@@ -195,33 +178,19 @@ def test_a_load_stops_its_spark_once_its_stage_is_done_and_ends_where_the_refere
     the migration run on Arrow, so once the stage is over the process stops its driver JVM (and its Python workers)
     rather than holding them to its end; paused in the transform, the process has no JVM left. Batch1 then Batch2
     (a new process, which starts a JVM of its own) end where the reference run ended."""
-    import subprocess
-
-    from cli_runs import STREAMDI, driver_jvms, env_for, wait_paused
+    from cli_runs import driver_jvms, load_paused_at
 
     expected, _, _ = reference
     home = tmp_path / "home"
-    paused = tmp_path / "paused"
-    env = {
-        **env_for(home, fault="lake.before_commit:T2/dimaccount", executors=True),
-        "STREAMDI_FAULT_PAUSE": str(paused),
-    }
-    loading = subprocess.Popen(
-        [STREAMDI, "load", "--data", str(data), "--batch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    try:
-        wait_paused(paused, loading)
+
+    def no_jvm_left(pid: int) -> None:
         deadline = time.monotonic() + 60
-        while driver_jvms(loading.pid):
+        while driver_jvms(pid):
             assert time.monotonic() < deadline, "the driver JVM still runs in the transform"
             time.sleep(0.2)
-        paused.unlink()
-        _, stderr = loading.communicate(timeout=300)
-    finally:
-        if loading.poll() is None:
-            loading.kill()
-        paused.unlink(missing_ok=True)
-    assert loading.returncode == 0, stderr.decode()[-3000:]
+
+    code, stderr = load_paused_at(home, data, 1, "lake.before_commit:T2/dimaccount", no_jvm_left, executors=True)
+    assert code == 0, stderr[-3000:]
     assert list((home / "lake" / "staging" / "trade").glob("stage-trade-v1-*.snappy.parquet"))  # the executors
     assert load(home, data, 2, executors=True) == 0
     assert snapshot(home) == expected
