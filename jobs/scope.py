@@ -17,6 +17,7 @@ waiting records up then.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +38,14 @@ class BatchScope:
     file_seq: dict[str, int] = field(default_factory=dict)  # landing file -> position in the micro-batch
     sources: frozenset[str] = frozenset()  # declared sources of its files (`Trade_CDC`, `FINWIRE`, ...)
     skipped: frozenset[int] = frozenset()  # earlier micro-batches an operator skipped: their staged rows never count
+    # Hears of migrated tables a step has finished before the step ends (`finished`); set by `jobs.transform.run`.
+    on_finished: Callable[[tuple[Table, ...]], None] | None = field(default=None, compare=False, repr=False)
+
+    def finished(self, *tables: Table) -> None:
+        """A step made every commit of this micro-batch to `tables` (no later part of it or later step writes them):
+        a migration running beside the transform may land them now rather than when the step ends."""
+        if self.on_finished is not None:
+            self.on_finished(tables)
 
     def carries(self, *names: str) -> bool:
         """True when the micro-batch has a file of one of these sources (a step with nothing new can skip)."""

@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from graphlib import CycleError, TopologicalSorter
 
 from jobs import (
@@ -83,6 +83,7 @@ class Step:
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     """Step T3: DimTrade, then FactHoldings (keyed through DimTrade), and FactCashBalances."""
     rows = create_trades.run(ctx, scope)
+    scope.finished(wh.DIM_TRADE)
     for part in (holdings.run, cash_balances.run):
         for table, n in part(ctx, scope).items():
             rows[table] = rows.get(table, 0) + n
@@ -90,9 +91,10 @@ def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
 
 
 def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Step T4: FactMarketHistory and FactWatches."""
-    rows = market_history.run(ctx, scope)
-    for table, n in watches.run(ctx, scope).items():
+    """Step T4: FactWatches, then FactMarketHistory (the larger; a migration beside lands FactWatches meanwhile)."""
+    rows = watches.run(ctx, scope)
+    scope.finished(wh.FACT_WATCHES)
+    for table, n in market_history.run(ctx, scope).items():
         rows[table] = rows.get(table, 0) + n
     return rows
 
@@ -168,7 +170,12 @@ class Checks:
 
 
 def run(
-    ctx: JobContext, batch_id: int, *, attempt: int = 0, on_committed: Callable[[str], None] | None = None
+    ctx: JobContext,
+    batch_id: int,
+    *,
+    attempt: int = 0,
+    on_committed: Callable[[str], None] | None = None,
+    on_finished: Callable[[tuple[Table, ...]], None] | None = None,
 ) -> TransformReport:
     """Run every step of micro-batch `batch_id` in dependency order: in waves of the steps whose dependencies
     are done, the steps of a wave at the same time. The warehouse suites of a wave's steps run beside the next
@@ -177,8 +184,11 @@ def run(
     have ended; a failed halt check stops it before any later commit (`report.halts`). `attempt` is the number of
     times an operator resumed the micro-batch's transform. `on_committed` hears of each step as soon as it has
     returned, its commits made, before its checks: a migration beside the transform lands its tables in the open
-    transaction while the suites run, and commits only after the whole transform (a halt rolls it back)."""
+    transaction while the suites run, and commits only after the whole transform (a halt rolls it back).
+    `on_finished` hears of tables a step finished before it returns (`BatchScope.finished`)."""
     scope = load_scope(ctx, batch_id)
+    if on_finished is not None:
+        scope = replace(scope, on_finished=on_finished)
     report = TransformReport(batch_id)
     checks = Checks(ctx, batch_id, attempt)
     checking: list[tuple[Step, dict[str, int], float, Future | None]] = []  # steps done, their checks in flight

@@ -235,6 +235,21 @@ class TransformProgress:
             self._abandoned = reason
             self._changed.notify_all()
 
+    def next_finished(self, tables: list[Table]) -> tuple[Table, bool]:
+        """The first of `tables` (in their order) that is finished, waiting until one is, or the first of them once
+        the whole transform is done; and whether the whole transform is done. Raises `TransformAbandoned` once the
+        transform is abandoned."""
+        with self._changed:
+            while True:
+                if self._abandoned is not None:
+                    raise TransformAbandoned(self._abandoned)
+                if self._done:
+                    return tables[0], True
+                for table in tables:
+                    if table.qualified_name in self._finished:
+                        return table, False
+                self._changed.wait()
+
     def wait_for(self, table: Table | None) -> bool:
         """Wait until `table` is finished (None: until the whole transform is done); return whether the whole
         transform is done. Raises `TransformAbandoned` once the transform is abandoned."""
@@ -343,12 +358,17 @@ def _migrate_upto(
 
     def changes() -> Iterator[TableChange]:
         """Each table's net change, read from Delta while PostgreSQL lands the one before (`read_ahead`); beside a
-        transform, each once the transform finished it, and again at the end if it moved since."""
+        transform, each once the transform finished it (in that order), and again at the end if it moved since."""
         nonlocal batch_log
         early: list[Table] = []
-        for table in tables:
-            if beside is not None and not beside.wait_for(table):
-                early.append(table)
+        pending = list(tables)
+        while pending:
+            table = pending[0]
+            if beside is not None:  # the tables in the order the transform finishes them
+                table, done = beside.next_finished(pending)
+                if not done:
+                    early.append(table)
+            pending.remove(table)
             if (found := change(table)) is not None:
                 yield found
         if beside is not None:

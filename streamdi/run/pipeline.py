@@ -103,7 +103,8 @@ def transform_job(
     batch's transform in the batch log (its later steps and its migration wait for an operator; the detail then
     has `halted`); otherwise the stage is marked done, and the lake compacted (`compact_job`) unless `compact` is
     False. `progress` hears of each step's finished tables (`jobs.transform.Step.final`) as soon as the step has
-    committed them, before its checks, for a migration running beside (`MigrationBeside`)."""
+    committed them, before its checks, and of a table a step finished before its end (`BatchScope.finished`), for a
+    migration running beside (`MigrationBeside`)."""
     warm_up()  # the warehouse suites need Great Expectations after the first step
     batch_log = BatchLog(ctx.lake)
     finals = {step.name: step.final for step in transform.STEPS}
@@ -112,6 +113,7 @@ def transform_job(
         batch_id,
         attempt=batch_log.resumes(batch_id, "transform"),
         on_committed=None if progress is None else lambda step: progress.finished(finals[step]),
+        on_finished=None if progress is None else progress.finished,
     )
     detail = {"rows": report.rows, "seconds": report.seconds, "checks": summarize(report.outcomes())}
     fault_point("pipeline.before_mark_transform")

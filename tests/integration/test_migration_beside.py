@@ -174,6 +174,47 @@ def test_progress_waits_end_when_the_transform_is_done_or_abandoned():
     assert finished.wait_for(DIM_TRADE) is False  # finished, the transform not done yet
 
 
+def test_progress_names_the_first_finished_table_in_the_order_given():
+    progress = TransformProgress()
+    tables = [*ACCOUNT_TABLES, DIM_TRADE]
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(progress.next_finished, tables)
+        time.sleep(0.2)
+        assert not waiting.done()  # none finished yet
+        progress.finished([DIM_TRADE])
+        assert waiting.result(timeout=WAIT_S) == (DIM_TRADE, False)
+    progress.finished(ACCOUNT_TABLES)
+    assert progress.next_finished(tables) == (ACCOUNT_TABLES[0], False)
+    progress.done()
+    assert progress.next_finished([DIM_BROKER]) == (DIM_BROKER, True)
+    progress.abandon("failed")
+    with pytest.raises(TransformAbandoned, match="failed"):
+        progress.next_finished([DIM_BROKER])
+
+
+def test_a_table_finished_before_an_earlier_one_lands_first(batch1, target):
+    """T3 finishes DimTrade while T2 still runs: the migration lands DimTrade without waiting for T2's tables, which
+    come earlier in its order."""
+    stream = batch1
+    batch_id = started_batch(stream)
+    progress = TransformProgress()
+    with ThreadPoolExecutor(1) as pool, ending(progress):
+        migration = pool.submit(migrate_batch, stream.lake, target, batch_id, beside=progress)
+        progress.finished([*REFERENCE_TABLES, DIM_BROKER, *SECURITY_TABLES])  # T0 and T1; T2 has not finished
+        rows = [trade_row(i, batchid=2) for i in range(41, 44)]
+        stream.lake.upsert(DIM_TRADE, arrow(DIM_TRADE, rows), app_id="T3/dimtrade", version=batch_id)
+        progress.finished([DIM_TRADE])
+        wait_until(lambda: "dimtrade" in locked_tables(target), "DimTrade to land while T2's tables are unfinished")
+        assert not migration.done()
+        stream.model.apply(rows)
+        progress.finished(ACCOUNT_TABLES)
+        stream.mark_transformed(batch_id, T0 + dt.timedelta(minutes=3))
+        progress.done()
+        assert migration.result(timeout=WAIT_S).batches == (batch_id,)
+    assert trades_in_pg(target) == stream.model.summary()
+    assert [(r[2], r[3]) for r in ledger_rows(target) if r[0] == "dimtrade"] == [(1, 20), (2, 3)]
+
+
 def test_a_compaction_after_a_table_landed_adds_no_second_change_and_the_next_batch_migrates_on(batch1, target):
     """A compaction (`compact_job`) while the migration is open: a commit without data to a table the migration
     already landed. It is not landed as an empty second change; the next migration takes it."""
