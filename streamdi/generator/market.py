@@ -17,13 +17,15 @@ submitted state in Batch1's Trade.txt and as a `U` line in Batch2's.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import pyarrow as pa
 
 from streamdi.generator import text as tx
 from streamdi.generator.customers import People
 from streamdi.generator.finwire import Finwire
-from streamdi.generator.output import AuditRow, Output
+from streamdi.generator.output import AuditRow, Output, WrittenFile
 from streamdi.generator.params import HISTORY_BEGIN, Params, epoch_seconds
 
 DAY = 86400
@@ -32,6 +34,9 @@ PNDG, SBMT, CMPT, CNCL = 0, 1, 2, 3
 TYPES = np.array(["TMB", "TLB", "TMS", "TLS"], dtype=object)
 TMB, TLB, TMS, TLS = 0, 1, 2, 3
 INVALID_FEE_RATE = 0.0001
+# Rows (and DailyMarket's days) formatted as text at a time: a file is written piece by piece.
+PIECE_ROWS = 1 << 20
+DAYS_PER_PIECE = 32
 
 
 def _pick_open(
@@ -68,6 +73,10 @@ class Market:
         )
         self.volume = rng.integers(10**5, 10**9, self.close.shape)
 
+    def release_bars(self) -> None:
+        """Let go of the daily highs, lows and volumes once DailyMarket is written (trades use the close)."""
+        del self.high, self.low, self.volume
+
     def close_at(self, security: np.ndarray, ts: np.ndarray) -> np.ndarray:
         day = np.clip(ts // DAY - self.first_day, 0, self.days - 1)
         return self.close[security, day]
@@ -76,6 +85,7 @@ class Market:
 def generate(params: Params, out: Output, fw: Finwire, people: People) -> None:
     market = Market(params, len(fw.symbols))
     _daily_market(params, out, fw, market)
+    market.release_bars()
     _trades(params, out, fw, people, market)
     _watches(params, out, fw, people)
 
@@ -92,30 +102,61 @@ def _daily_market(params: Params, out: Output, fw: Finwire, market: Market) -> N
         last_day = epoch_seconds(params.batch_date(batch)) // DAY - 1 - market.first_day  # the day before
         first_day = 0 if batch == 1 else last_day
         days = np.arange(first_day, last_day + 1)
-        present = days[:, None] >= first_market_day[None, :]
-        day_pos, sec_idx = np.nonzero(present)  # row-major: by day, then by symbol
-        day_idx = days[day_pos]
-        cols = [
-            tx.dates(day_idx + market.first_day),
-            pa.array(fw.symbols[sec_idx]),
-            tx.money(market.close[sec_idx, day_idx]),
-            tx.money(market.high[sec_idx, day_idx]),
-            tx.money(market.low[sec_idx, day_idx]),
-            tx.ints(market.volume[sec_idx, day_idx]),
-        ]
-        _write(out, params, batch, "DailyMarket", cols, np.full(len(day_idx), True))
+
+        def pieces(days: np.ndarray = days) -> Iterator[tuple[list[pa.Array], None]]:
+            for lo in range(0, len(days), DAYS_PER_PIECE):
+                some = days[lo : lo + DAYS_PER_PIECE]
+                present = some[:, None] >= first_market_day[None, :]
+                day_pos, sec_idx = np.nonzero(present)  # row-major: by day, then by symbol
+                day_idx = some[day_pos]
+                cols = [
+                    tx.dates(day_idx + market.first_day),
+                    pa.array(fw.symbols[sec_idx]),
+                    tx.money(market.close[sec_idx, day_idx]),
+                    tx.money(market.high[sec_idx, day_idx]),
+                    tx.money(market.low[sec_idx, day_idx]),
+                    tx.ints(market.volume[sec_idx, day_idx]),
+                ]
+                yield cols, None
+
+        written = _write(out, params, batch, "DailyMarket", pieces())
         out.write_audit(
-            f"Batch{batch}/DailyMarket_audit.csv", [AuditRow("FactMarketHistory", batch, "DM_RECORDS", len(day_idx))]
+            f"Batch{batch}/DailyMarket_audit.csv", [AuditRow("FactMarketHistory", batch, "DM_RECORDS", written.rows)]
         )
 
 
-def _write(out: Output, params: Params, batch: int, name: str, cols: list[pa.Array], inserts: np.ndarray) -> None:
-    """Batch1: the fields as they are; incremental: CDC_FLAG and CDC_DSN (increasing) in front."""
-    if batch > 1:
-        n = len(inserts)
-        first = out.next_dsn(name)
-        cols = [pa.array(np.where(inserts, "I", "U")), tx.ints(np.arange(first, first + n)), *cols]
-    out.write_lines(f"Batch{batch}/{name}.txt", tx.join_fields(cols, "|"))
+def _write(
+    out: Output,
+    params: Params,
+    batch: int,
+    name: str,
+    pieces: Iterator[tuple[list[pa.Array], np.ndarray | None]],
+) -> WrittenFile:
+    """Write a file from pieces of its columns (each with its insert flags, None for all inserts), one piece
+    in memory as text at a time. Batch1: the fields as they are; incremental: CDC_FLAG and CDC_DSN
+    (increasing) in front."""
+    dsn = out.next_dsn(name) if batch > 1 else 0
+
+    def lines() -> Iterator[pa.Array]:
+        nonlocal dsn
+        for cols, inserts in pieces:
+            if batch > 1:
+                n = len(cols[0])
+                flags = np.full(n, "I") if inserts is None else np.where(inserts, "I", "U")
+                cols = [pa.array(flags), tx.ints(np.arange(dsn, dsn + n)), *cols]
+                dsn += n
+            yield tx.join_fields(cols, "|")
+
+    return out.write_lines(f"Batch{batch}/{name}.txt", lines())
+
+
+def _rows(
+    n: int, cols_of: Callable[..., list[pa.Array]], *arrays: np.ndarray, inserts: np.ndarray | None = None
+) -> Iterator[tuple[list[pa.Array], np.ndarray | None]]:
+    """`_write`'s pieces of n rows: `cols_of` applied to each piece of `arrays` (PIECE_ROWS rows at a time)."""
+    for lo in range(0, n, PIECE_ROWS):
+        piece = slice(lo, min(n, lo + PIECE_ROWS))
+        yield cols_of(*(a[piece] for a in arrays)), None if inserts is None else inserts[piece]
 
 
 # ------------------------------------------------------------------------------------------------ Trades
@@ -232,6 +273,15 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
             tx.money(tax[rows], completed),
         ]
 
+    def history_cols(trade: np.ndarray, ts: np.ndarray, status: np.ndarray) -> list[pa.Array]:
+        return [tx.ints(trade), tx.timestamps(ts), pa.array(STATUS[status])]
+
+    def cash_cols(rows: np.ndarray, ts: np.ndarray) -> list[pa.Array]:
+        return [tx.ints(acct[rows]), tx.timestamps(ts), tx.money(cash_amount[rows]), ct_name.take(pa.array(rows))]
+
+    def holding_cols(rows: np.ndarray) -> list[pa.Array]:
+        return [tx.ints(buy_tid[rows]), tx.ints(rows), tx.ints(hh_before[rows]), tx.ints(hh_after[rows])]
+
     def invalid(rows: np.ndarray, status: np.ndarray) -> tuple[int, int]:
         completed = status == CMPT
         return int((completed & (comm[rows] > value[rows])).sum()), int((completed & (chrg[rows] > value[rows])).sum())
@@ -246,7 +296,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
             ev = ev[np.lexsort((ev_step[ev], ev_trade[ev]))]
             last = ev[np.r_[ev_trade[ev][1:] != ev_trade[ev][:-1], True]] if len(ev) else ev
             rows, status, ts = ev_trade[last], ev_status[last], ev_time[last]
-            out.write_lines(f"{folder}/Trade.txt", tx.join_fields(trade_cols(rows, status, ts), "|"))
+            _write(out, params, batch, "Trade", _rows(len(rows), trade_cols, rows, status, ts))
             comm_bad, chrg_bad = invalid(rows, status)
             out.write_audit(
                 f"{folder}/Trade_audit.csv",
@@ -258,8 +308,13 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
                     AuditRow("DimTrade", 1, "T_InvalidCharge", chrg_bad),
                 ],
             )
-            th_cols = [tx.ints(ev_trade[ev]), tx.timestamps(ev_time[ev]), pa.array(STATUS[ev_status[ev]])]
-            out.write_lines(f"{folder}/TradeHistory.txt", tx.join_fields(th_cols, "|"))
+            _write(
+                out,
+                params,
+                batch,
+                "TradeHistory",
+                _rows(len(ev), history_cols, ev_trade[ev], ev_time[ev], ev_status[ev]),
+            )
             th_types = ttype[ev_trade[ev]]
             out.write_audit(
                 f"{folder}/TradeHistory_audit.csv",
@@ -276,7 +331,8 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
             ev = np.flatnonzero(in_batch)
             ev = ev[np.lexsort((ev_step[ev], ev_trade[ev], ev_time[ev]))]
             rows, status = ev_trade[ev], ev_status[ev]
-            _write(out, params, batch, "Trade", trade_cols(rows, status, ev_time[ev]), ev_step[ev] == 0)
+            pieces = _rows(len(rows), trade_cols, rows, status, ev_time[ev], inserts=ev_step[ev] == 0)
+            _write(out, params, batch, "Trade", pieces)
             comm_bad, chrg_bad = invalid(rows, status)
             out.write_audit(
                 f"{folder}/Trade_audit.csv",
@@ -292,13 +348,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
         cm = np.flatnonzero(in_batch & (ev_status == CMPT))
         cm = cm[np.lexsort((ev_trade[cm], ev_time[cm]))]
         rows = ev_trade[cm]
-        ct_cols = [
-            tx.ints(acct[rows]),
-            tx.timestamps(ev_time[cm]),
-            tx.money(cash_amount[rows]),
-            ct_name.take(pa.array(rows)),
-        ]
-        _write(out, params, batch, "CashTransaction", ct_cols, np.full(len(rows), True))
+        _write(out, params, batch, "CashTransaction", _rows(len(rows), cash_cols, rows, ev_time[cm]))
         out.write_audit(
             f"{folder}/CashTransaction_audit.csv",
             [
@@ -308,8 +358,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
                 AuditRow("DimTradeHistory", batch, "CT_UpdatedAccounts", 0),
             ],
         )
-        hh_cols = [tx.ints(buy_tid[rows]), tx.ints(rows), tx.ints(hh_before[rows]), tx.ints(hh_after[rows])]
-        _write(out, params, batch, "HoldingHistory", hh_cols, np.full(len(rows), True))
+        _write(out, params, batch, "HoldingHistory", _rows(len(rows), holding_cols, rows))
         out.write_audit(
             f"{folder}/HoldingHistory_audit.csv", [AuditRow("FactHoldings", batch, "HH_RECORDS", len(rows))]
         )
@@ -350,12 +399,14 @@ def _watches(params: Params, out: Output, fw: Finwire, people: People) -> None:
     ev_a = np.concatenate([np.zeros(m, np.int8), np.ones(int(canceled.sum()), np.int8)])
     order = np.lexsort((ev_a, ev_s, ev_c, ev_t))
     ev_c, ev_s, ev_t, ev_a = ev_c[order], ev_s[order], ev_t[order], ev_a[order]
+
+    def watch_cols(c: np.ndarray, s: np.ndarray, t: np.ndarray, a: np.ndarray) -> list[pa.Array]:
+        return [tx.ints(c), pa.array(fw.symbols[s]), tx.timestamps(t), pa.array(np.where(a == 0, "ACTV", "CNCL"))]
+
     for batch in range(1, params.batches + 1):
         lo, hi = np.searchsorted(ev_t, params.window(batch))
         sl = slice(lo, hi)
-        cols = [tx.ints(ev_c[sl]), pa.array(fw.symbols[ev_s[sl]]), tx.timestamps(ev_t[sl]),
-                pa.array(np.where(ev_a[sl] == 0, "ACTV", "CNCL"))]  # fmt: skip
-        _write(out, params, batch, "WatchHistory", cols, np.full(hi - lo, True))
+        _write(out, params, batch, "WatchHistory", _rows(hi - lo, watch_cols, ev_c[sl], ev_s[sl], ev_t[sl], ev_a[sl]))
         actv = int((ev_a[sl] == 0).sum())
         out.write_audit(
             f"Batch{batch}/WatchHistory_audit.csv",

@@ -7,13 +7,13 @@ audit files always describe what is on disk.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
-from streamdi.generator.text import CRLF, lines_to_bytes
+from streamdi.generator.text import CRLF, line_chunks
 
 AUDIT_HEADER = "DataSet, BatchID ,Date , Attribute , Value, DValue"
 
@@ -61,19 +61,42 @@ class Output:
     files: list[WrittenFile] = field(default_factory=list)
 
     def write(self, relative: str, content: bytes, rows: int) -> WrittenFile:
+        return self._record(relative, rows, self._store(relative, [content]))
+
+    def write_lines(self, relative: str, lines: pa.Array | list[str] | Iterator[pa.Array]) -> WrittenFile:
+        """Write lines (a list, an Arrow array, or an iterator of Arrow arrays written one after the other, so a
+        large file never has all its text in memory), each ended by CRLF."""
+        pieces = lines if isinstance(lines, Iterator) else iter([lines])
+        rows = 0
+
+        def parts() -> Iterator[bytes | memoryview]:
+            nonlocal rows
+            for piece in pieces:
+                rows += len(piece)
+                yield from line_chunks(piece)
+
+        size = self._store(relative, parts())
+        return self._record(relative, rows, size)
+
+    def _store(self, relative: str, parts: Iterable[bytes | memoryview]) -> int:
+        """Write the file under a temporary name, then rename it: a file on disk is always whole. Returns its
+        size in bytes."""
         path = self.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(content)
+        size = 0
+        with tmp.open("wb") as f:
+            for part in parts:
+                size += f.write(part)
         tmp.replace(path)
-        written = WrittenFile(relative, rows, len(content))
+        return size
+
+    def _record(self, relative: str, rows: int, size: int) -> WrittenFile:
+        written = WrittenFile(relative, rows, size)
         self.files.append(written)
         if self.on_file:
             self.on_file(written)
         return written
-
-    def write_lines(self, relative: str, lines: pa.Array | list[str]) -> WrittenFile:
-        return self.write(relative, lines_to_bytes(lines), len(lines))
 
     def write_audit(self, relative: str, rows: list[AuditRow]) -> WrittenFile:
         return self.write(relative, audit_bytes(rows), len(rows))

@@ -67,3 +67,34 @@ def test_one_core_writes_the_same_bytes_as_all_cores(dataset: Path, tmp_path: Pa
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-c", ONE_CORE, str(tmp_path / "one-core")], check=True, env=env, timeout=300)
     assert _digests(tmp_path / "one-core") == _digests(dataset)
+
+
+# Digests of files written before the generator wrote large files piece by piece (SF 0.1, seed 7): the pieces
+# must not change a byte.
+PINNED = {
+    "Batch1/Trade.txt": "813b149abad4d05d",
+    "Batch1/DailyMarket.txt": "4fbc89c5063d28bd",
+    "Batch1/CashTransaction.txt": "d7f62d4a9a888e66",
+    "Batch1/TradeHistory.txt": "196b98a3fc3b73ce",
+    "Batch1/HoldingHistory.txt": "37df56ba7d71df75",
+    "Batch1/WatchHistory.txt": "25d8a54623795f59",
+    "Batch2/Trade.txt": "1c194a3db732cae5",
+    "Batch2/DailyMarket.txt": "c729efe325127da4",
+    "Batch2/CashTransaction.txt": "835cccee29cfcca0",
+    "Batch3/WatchHistory.txt": "49330c4987119c6a",
+}
+
+
+def test_files_written_in_small_pieces_are_byte_identical_to_the_pinned_ones(
+    dataset: Path, tmp_path: Path, monkeypatch
+):
+    from streamdi.generator import market, text
+
+    whole = _digests(dataset)
+    assert {name: whole[name][:16] for name in PINNED} == PINNED
+    pieces = text._pieces
+    monkeypatch.setattr(market, "PIECE_ROWS", 997)
+    monkeypatch.setattr(market, "DAYS_PER_PIECE", 3)
+    monkeypatch.setattr(text, "_pieces", lambda n, width: pieces(n, width, cells=1000))
+    generate(Params(scale_factor=0.1, seed=7, batches=3), tmp_path / "pieces")
+    assert _digests(tmp_path / "pieces") == whole
