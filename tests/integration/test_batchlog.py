@@ -292,9 +292,11 @@ def child_collect(root: str, landing: str, ready: str, go: str) -> None:
     print(json.dumps({"batch_id": result.batch_id, "files": [f.file for f in result.files]}))
 
 
+# The child leaves as `streamdi.run.cli.main` does (flush, then `os._exit`): delta-rs and Arrow's threads can abort
+# a finished process during interpreter shutdown ("terminate called without an active exception", exit -6).
 COLLECT_IN_CHILD = (
-    f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; "
-    "import test_batchlog as t; t.child_collect(*sys.argv[1:])"
+    f"import os, sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; "
+    "import test_batchlog as t; t.child_collect(*sys.argv[1:]); sys.stdout.flush(); os._exit(0)"
 )
 
 

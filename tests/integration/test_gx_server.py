@@ -143,6 +143,11 @@ def test_processes_started_together_share_one_server_and_never_import_great_expe
     assert [p["kept"] for p in first + later] == [[1, 6]] * 4
     assert not any(p["gx_here"] for p in first + later)
     assert len({p["server"] for p in first + later}) == 1
+    # A server started by a client that lost the race tries the lock for LOCK_TRIES x 20 ms, then exits without
+    # serving: on a busy machine it may still be trying when the clients are done. None may stay.
+    deadline = time.monotonic() + 30
+    while _server_pids(server_dir) != [first[0]["server"]] and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _server_pids(server_dir) == [first[0]["server"]]
 
 
