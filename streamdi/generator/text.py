@@ -116,7 +116,7 @@ def lines_to_bytes(lines: pa.Array | pa.ChunkedArray | list[str]) -> bytes:
 
 def line_chunks(lines: pa.Array | pa.ChunkedArray | list[str], rows: int = 1 << 18) -> Iterator[bytes | memoryview]:
     """The file's content in pieces of `rows` lines, each line ended by CRLF: a large file is written without
-    its whole text as Python strings (five times the file's size at SF 100)."""
+    its whole text as Python strings (about five times the file's size in memory)."""
     if isinstance(lines, list):
         if lines:
             yield (CRLF.join(lines) + CRLF).encode("utf-8")
