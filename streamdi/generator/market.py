@@ -119,7 +119,7 @@ def _daily_market(params: Params, out: Output, fw: Finwire, market: Market) -> N
                 ]
                 yield cols, None
 
-        written = _write(out, params, batch, "DailyMarket", pieces())
+        written = _write(out, batch, "DailyMarket", pieces())
         out.write_audit(
             f"Batch{batch}/DailyMarket_audit.csv", [AuditRow("FactMarketHistory", batch, "DM_RECORDS", written.rows)]
         )
@@ -127,7 +127,6 @@ def _daily_market(params: Params, out: Output, fw: Finwire, market: Market) -> N
 
 def _write(
     out: Output,
-    params: Params,
     batch: int,
     name: str,
     pieces: Iterator[tuple[list[pa.Array], np.ndarray | None]],
@@ -296,7 +295,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
             ev = ev[np.lexsort((ev_step[ev], ev_trade[ev]))]
             last = ev[np.r_[ev_trade[ev][1:] != ev_trade[ev][:-1], True]] if len(ev) else ev
             rows, status, ts = ev_trade[last], ev_status[last], ev_time[last]
-            _write(out, params, batch, "Trade", _rows(len(rows), trade_cols, rows, status, ts))
+            _write(out, batch, "Trade", _rows(len(rows), trade_cols, rows, status, ts))
             comm_bad, chrg_bad = invalid(rows, status)
             out.write_audit(
                 f"{folder}/Trade_audit.csv",
@@ -308,13 +307,8 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
                     AuditRow("DimTrade", 1, "T_InvalidCharge", chrg_bad),
                 ],
             )
-            _write(
-                out,
-                params,
-                batch,
-                "TradeHistory",
-                _rows(len(ev), history_cols, ev_trade[ev], ev_time[ev], ev_status[ev]),
-            )
+            history = _rows(len(ev), history_cols, ev_trade[ev], ev_time[ev], ev_status[ev])
+            _write(out, batch, "TradeHistory", history)
             th_types = ttype[ev_trade[ev]]
             out.write_audit(
                 f"{folder}/TradeHistory_audit.csv",
@@ -332,7 +326,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
             ev = ev[np.lexsort((ev_step[ev], ev_trade[ev], ev_time[ev]))]
             rows, status = ev_trade[ev], ev_status[ev]
             pieces = _rows(len(rows), trade_cols, rows, status, ev_time[ev], inserts=ev_step[ev] == 0)
-            _write(out, params, batch, "Trade", pieces)
+            _write(out, batch, "Trade", pieces)
             comm_bad, chrg_bad = invalid(rows, status)
             out.write_audit(
                 f"{folder}/Trade_audit.csv",
@@ -348,7 +342,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
         cm = np.flatnonzero(in_batch & (ev_status == CMPT))
         cm = cm[np.lexsort((ev_trade[cm], ev_time[cm]))]
         rows = ev_trade[cm]
-        _write(out, params, batch, "CashTransaction", _rows(len(rows), cash_cols, rows, ev_time[cm]))
+        _write(out, batch, "CashTransaction", _rows(len(rows), cash_cols, rows, ev_time[cm]))
         out.write_audit(
             f"{folder}/CashTransaction_audit.csv",
             [
@@ -358,7 +352,7 @@ def _trades(params: Params, out: Output, fw: Finwire, people: People, market: Ma
                 AuditRow("DimTradeHistory", batch, "CT_UpdatedAccounts", 0),
             ],
         )
-        _write(out, params, batch, "HoldingHistory", _rows(len(rows), holding_cols, rows))
+        _write(out, batch, "HoldingHistory", _rows(len(rows), holding_cols, rows))
         out.write_audit(
             f"{folder}/HoldingHistory_audit.csv", [AuditRow("FactHoldings", batch, "HH_RECORDS", len(rows))]
         )
@@ -406,7 +400,7 @@ def _watches(params: Params, out: Output, fw: Finwire, people: People) -> None:
     for batch in range(1, params.batches + 1):
         lo, hi = np.searchsorted(ev_t, params.window(batch))
         sl = slice(lo, hi)
-        _write(out, params, batch, "WatchHistory", _rows(hi - lo, watch_cols, ev_c[sl], ev_s[sl], ev_t[sl], ev_a[sl]))
+        _write(out, batch, "WatchHistory", _rows(hi - lo, watch_cols, ev_c[sl], ev_s[sl], ev_t[sl], ev_a[sl]))
         actv = int((ev_a[sl] == 0).sum())
         out.write_audit(
             f"Batch{batch}/WatchHistory_audit.csv",

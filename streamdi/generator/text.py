@@ -109,14 +109,9 @@ def join_fields(columns: list[pa.Array], delimiter: str) -> pa.Array:
     return pc.binary_join_element_wise(*columns, delimiter, null_handling="replace", null_replacement="")
 
 
-def lines_to_bytes(lines: pa.Array | pa.ChunkedArray | list[str]) -> bytes:
-    """The file's content: every line ended by CRLF, as the official generator writes on any platform."""
-    return b"".join(line_chunks(lines))
-
-
 def line_chunks(lines: pa.Array | pa.ChunkedArray | list[str], rows: int = 1 << 18) -> Iterator[bytes | memoryview]:
-    """The file's content in pieces of `rows` lines, each line ended by CRLF: a large file is written without
-    its whole text as Python strings (about five times the file's size in memory)."""
+    """The file's content in pieces of `rows` lines, each line ended by CRLF (as the official generator writes on
+    any platform): a large file is written without its whole text as Python strings (about five times its size)."""
     if isinstance(lines, list):
         if lines:
             yield (CRLF.join(lines) + CRLF).encode("utf-8")

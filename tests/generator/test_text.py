@@ -6,10 +6,14 @@ import numpy as np
 import pyarrow as pa
 
 from streamdi.generator.output import Output
-from streamdi.generator.text import line_chunks, lines_to_bytes, random_text
+from streamdi.generator.text import line_chunks, random_text
 
 
-def test_lines_to_bytes_ends_every_line_with_crlf_for_lists_arrays_and_chunked_arrays():
+def lines_to_bytes(lines) -> bytes:
+    return b"".join(line_chunks(lines))
+
+
+def test_line_chunks_end_every_line_with_crlf_for_lists_arrays_and_chunked_arrays():
     expected = b"a|1\r\nb|2\r\n"
     assert lines_to_bytes(["a|1", "b|2"]) == expected
     assert lines_to_bytes(pa.array(["a|1", "b|2"])) == expected
