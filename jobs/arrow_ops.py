@@ -35,6 +35,23 @@ def sort(data: pa.Table, keys: Sequence[str]) -> pa.Table:
     return data.sort_by([(k, "ascending", "at_start") for k in keys])
 
 
+ROW = "_row_number"
+
+
+def with_row_numbers(data: pa.Table) -> pa.Table:
+    """`data` with column `ROW`: each row's position (0, 1, ...), to sort or filter a narrow projection of a wide
+    table and take the rows chosen from the whole once (`is_every_row` tells when no take is needed)."""
+    return data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))
+
+
+def is_every_row(positions: pa.Array | pa.ChunkedArray, num_rows: int) -> bool:
+    """Whether `positions` are 0, 1, ..., `num_rows` - 1 in that order (taking them would copy the table as is)."""
+    if len(positions) != num_rows:
+        return False
+    values = positions.to_numpy() if isinstance(positions, pa.Array) else positions.combine_chunks().to_numpy()
+    return bool(np.array_equal(values, np.arange(num_rows, dtype=values.dtype)))
+
+
 def distinct_rows(data: pa.Table, keys: Sequence[str]) -> pa.Table:
     """The distinct rows of `data[keys]` (in no particular order). Grouped on one thread with narrow strings:
     Arrow's hash grouping is several times slower on `large_string` keys and with threads on 2 cores

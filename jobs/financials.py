@@ -14,7 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.arrow_ops import same_as_next, sort
+from jobs.arrow_ops import ROW, same_as_next, sort, with_row_numbers
 from jobs.companies import company_reference, resolve_company, unknown_company_detail
 from jobs.fields import join
 from jobs.finwire_records import (
@@ -73,10 +73,12 @@ def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
 
 def financial_rows(records: pa.Table) -> pa.Table:
     """Financial rows of the loadable records: per (CIK, year, quarter) the last record in declared order."""
-    loadable = records.filter(pc.is_null(records["_reason"]))
     group = ["_companyid", "fi_year", "fi_qtr"]
+    # ranked by the key columns alone; only the rows kept are taken, and only Financial's columns of them
+    loadable = with_row_numbers(records.select([*group, *ORDER])).filter(pc.is_null(records["_reason"]))
     ranked = sort(loadable, [*group, *ORDER])
-    return ranked.filter(pa.array(~same_as_next(ranked, group), pa.bool_())).select(list(wh.FINANCIAL.column_names))
+    kept = ranked[ROW].filter(pa.array(~same_as_next(ranked, group), pa.bool_()))
+    return records.select(list(wh.FINANCIAL.column_names)).take(kept)
 
 
 def financial_alerts(records: pa.Table) -> pa.Table:

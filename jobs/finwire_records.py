@@ -21,7 +21,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.arrow_ops import column, same_as_next, sort
+from jobs.arrow_ops import ROW, column, is_every_row, same_as_next, sort, with_row_numbers
 from jobs.fields import join
 from jobs.messages import ALERT, ALERT_COLUMNS
 from schemas import warehouse as wh
@@ -44,9 +44,13 @@ STRING = pa.large_string()
 
 def latest_delivery(staged: pa.Table) -> pa.Table:
     """One row per (file, line): the one staged by the latest micro-batch (a file delivered again wins), in the
-    order of file, line."""
-    ordered = sort(staged, ["source_file", "line_no", "batch_id"])
-    return ordered.filter(pa.array(~same_as_next(ordered, ["source_file", "line_no"]), pa.bool_()))
+    order of file, line. Ordered by the key columns alone and taken once (a first load's FIN records are the
+    largest table T1 holds: SF 100, 5.77 M); `staged` itself when it already is that (one delivery, in order)."""
+    ordered = sort(
+        with_row_numbers(staged.select(["source_file", "line_no", "batch_id"])), ["source_file", "line_no", "batch_id"]
+    )
+    kept = ordered[ROW].filter(pa.array(~same_as_next(ordered, ["source_file", "line_no"]), pa.bool_()))
+    return staged if is_every_row(kept, staged.num_rows) else staged.take(kept)
 
 
 def lineage(records: pa.Table) -> dict[str, pa.Array]:

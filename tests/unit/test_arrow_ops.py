@@ -73,3 +73,38 @@ def test_changes_against_nothing_stored_or_nothing_recomputed():
     upserts, gone = ao.changes_against(SCHEMA.empty_table(), recomputed, ["owner", "day"])
     assert upserts.num_rows == 0
     assert gone.to_pylist() == [{"owner": 1, "day": 10}]
+
+
+def test_row_numbers_and_whether_positions_are_every_row_in_order():
+    data = ao.with_row_numbers(pa.table({"k": ["b", "a", "c"]}))
+    assert data[ao.ROW].to_pylist() == [0, 1, 2]
+    assert ao.is_every_row(pa.array([0, 1, 2], pa.int64()), 3)
+    assert ao.is_every_row(pa.chunked_array([[0], [1, 2]], pa.int64()), 3)
+    assert not ao.is_every_row(pa.array([1, 0, 2], pa.int64()), 3)
+    assert not ao.is_every_row(pa.array([0, 1], pa.int64()), 3)
+    assert ao.is_every_row(pa.array([], pa.int64()), 0)
+
+
+def _fin_lines(files: list[str], lines: list[int], batches: list[int], text: list[str]) -> pa.Table:
+    return pa.table({"source_file": files, "line_no": lines, "batch_id": batches, "text": text})
+
+
+def test_latest_delivery_keeps_each_lines_latest_micro_batch_in_file_line_order():
+    from jobs.finwire_records import latest_delivery
+
+    staged = _fin_lines(
+        ["F2", "F1", "F1", "F2", "F1"],
+        [1, 2, 1, 1, 2],
+        [1, 1, 1, 3, 2],
+        ["F2:1 old", "F1:2 old", "F1:1", "F2:1 new", "F1:2 new"],
+    )
+    assert latest_delivery(staged)["text"].to_pylist() == ["F1:1", "F1:2 new", "F2:1 new"]
+
+
+def test_latest_delivery_of_one_delivery_in_order_is_the_table_itself():
+    from jobs.finwire_records import latest_delivery
+
+    staged = _fin_lines(["F1", "F1", "F2"], [1, 2, 1], [1, 1, 1], ["a", "b", "c"])
+    assert latest_delivery(staged) is staged
+    shuffled = staged.take([2, 0, 1])
+    assert latest_delivery(shuffled)["text"].to_pylist() == ["a", "b", "c"]
