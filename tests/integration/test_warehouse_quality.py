@@ -461,3 +461,83 @@ def test_both_key_parameter_forms_pass_only_the_checked_values_and_agree(ctx, tm
         (False, 2, (99, 99)),
         (False, 5, (4, 4, 5, 4, 5)),  # null keys are not checked; no broker resolves
     ]
+
+
+def trade(tradeid: int, *, sk_brokerid: int = 4, quantity: int = 10) -> dict:
+    return {
+        "tradeid": tradeid,
+        "sk_brokerid": sk_brokerid,
+        "sk_createdateid": 20170702,
+        "sk_createtimeid": 93000,
+        "sk_closedateid": 20170703,
+        "sk_closetimeid": 100000,
+        "status": "Completed",
+        "type": "Market Buy",
+        "cashflag": True,
+        "sk_securityid": 1,
+        "sk_companyid": 1,
+        "quantity": quantity,
+        "bidprice": 10,
+        "sk_customerid": 10,
+        "sk_accountid": 100,
+        "executedby": "Ann Lee",
+        "tradeprice": 10,
+        "fee": 0,
+        "commission": 1,
+        "tax": 0,
+        "batchid": 1,
+    }
+
+
+def test_a_large_first_load_written_in_pieces_is_checked_a_piece_at_a_time_with_the_whole_reads_outcomes(
+    ctx, monkeypatch
+):
+    ctx.lake.upsert(
+        wh.DIM_BROKER,
+        pa.Table.from_pylist([broker(4, 40)], schema=wh.DIM_BROKER.arrow_schema()),
+        app_id="T0/dimbroker",
+        version=1,
+    )
+    # DimTrade's first load in three pieces (each a file, in tradeid order within it): trade 5 twice (in the first
+    # and the last piece), broker key 99 dangling in two pieces, a quantity of 0 in the second
+    pieces = [
+        [trade(t) for t in range(1, 8)] + [trade(8, sk_brokerid=99)],
+        [trade(t) for t in range(10, 16)] + [trade(16, quantity=0)],
+        [trade(5), trade(20, sk_brokerid=99), trade(21)],
+    ]
+    written = ctx.lake.pieces(wh.DIM_TRADE, app_id="T3/dimtrade", version=1)
+    for rows in pieces:
+        written.add(pa.Table.from_pylist(rows, schema=wh.DIM_TRADE.arrow_schema()))
+    written.commit()
+    monkeypatch.setattr(quality, "PIECE_ROWS", 3)
+    monkeypatch.setattr(validate, "PIECE_ROWS", 3)
+
+    def outcomes(checks: validate.StepChecks) -> list[tuple]:
+        return [
+            (o.check.id, o.success, o.element_count, o.unexpected_count, o.failing_values, o.action)
+            for o in checks.outcomes["warehouse.dimtrade"]
+        ]
+
+    whole = validate.validate_step(ctx, 1, "T3")  # 18 rows: under LARGE_COMMIT_ROWS, read back whole
+    monkeypatch.setattr(validate, "LARGE_COMMIT_ROWS", 10)
+
+    def not_whole(*args, **kwargs):
+        raise AssertionError("a large commit written in pieces is not read back whole")
+
+    monkeypatch.setattr(validate, "commit_rows", not_whole)
+    by_piece = validate.validate_step(ctx, 1, "T3")
+    assert by_piece.rows == whole.rows == {"warehouse.dimtrade": 18}
+    assert outcomes(by_piece) == outcomes(whole)
+    failed = {o[0]: o[1:5] for o in outcomes(by_piece) if not o[1]}
+    assert failed == {
+        "one_row_per_trade": (False, 18, 2, (5, 5)),
+        "quantity_is_positive": (False, 18, 1, (0,)),
+        "broker_key_resolves": (False, 18, 2, (99, 99)),
+        # no DimSecurity, DimCompany, DimAccount or DimCustomer: their keys resolve to nothing
+        "security_key_resolves": (False, 18, 18, (1,) * 18),
+        "company_key_resolves": (False, 18, 18, (1,) * 18),
+        "account_key_resolves": (False, 18, 18, (100,) * 18),
+        "customer_key_resolves": (False, 18, 18, (10,) * 18),
+    }
+    assert by_piece.halts == whole.halts
+    assert len(results(ctx)) == len(failed)  # the same attempt recorded once
