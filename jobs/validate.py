@@ -10,8 +10,8 @@ rows, and it checks what reaches PostgreSQL.
 For a history-keeping (SCD2) table the rows also include the versions still current of every natural key the
 micro-batch touched, so "one current version per key" sees the version a broken step would have forgotten to
 close. A large first load written a piece at a time is checked a piece at a time (`validated_in_pieces`), with
-the outcomes a whole read-back gives. Table-wide invariants that need the whole table (every surrogate key resolving to a version valid at the
-right time, audit counts) belong to `streamdi audit`.
+the outcomes a whole read-back gives. Table-wide invariants that need the whole table (every surrogate key
+resolving to a version valid at the right time, audit counts) belong to `streamdi audit`.
 
 Policies: `warn` records; `halt` stops the micro-batch's transform after the step's wave (the later steps do not
 run, the batch is not migrated) until an operator resumes it, after which the check only warns for it
