@@ -33,7 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
-from jobs.messages import alert_rows, commit_alert_changes
+from jobs.messages import alert_rows
+from jobs.pieces import Alerts, Piece, recompute_in_pieces
 from jobs.scope import BatchScope, record_columns
 from schemas import sources as src
 from schemas import warehouse as wh
@@ -47,6 +48,9 @@ SOURCE = "FactHoldings"
 NOT_LOADED = "Holding not loaded"
 TABLE = wh.FACT_HOLDINGS
 RECORD_TABLES = (src.HOLDING_HISTORY.staging, src.HOLDING_HISTORY_CDC.staging)
+# current trades recomputed at once (one HoldingHistory record each in a first load: SF 10 1,197,794 of as many
+# trades): SF 10 in one piece, SF 100 (~12 M records) in four
+TRADES_PER_PIECE = 3_000_000
 FIELDS = ("hh_h_t_id", "hh_t_id", "hh_before_qty", "hh_after_qty")
 TRADE_COLUMNS = (
     "tradeid",
@@ -134,7 +138,8 @@ def touched_trades(ctx: JobContext, scope: BatchScope) -> pa.Array:
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Recompute the rows of the touched current trades; commit FactHoldings, then its alerts."""
+    """Recompute the rows of the touched current trades, `TRADES_PER_PIECE` at a time (`jobs.pieces`: a first load
+    of several pieces is never whole in memory); commit FactHoldings, then its alerts."""
     if not any(ctx.lake.exists(t) for t in RECORD_TABLES):
         return {}
     if scope.committed(ctx, STEP, TABLE) and scope.committed(ctx, STEP, wh.DI_MESSAGES, TABLE.name):
@@ -142,6 +147,27 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     trades = touched_trades(ctx, scope)
     if len(trades) == 0:
         return {}
+
+    def recompute(piece: pa.Array, compare: bool) -> Piece[pa.Table]:
+        rows, missing = _recomputed(ctx, scope, piece)
+        return Piece(rows, _rows_gone(ctx, piece, rows) if compare else None, missing)
+
+    out, found = recompute_in_pieces(
+        ctx, scope, STEP, TABLE, trades, TRADES_PER_PIECE, recompute, Alerts(SOURCE, (NOT_LOADED,), "T_ID", _alerts)
+    )
+    missing = sum(f.num_rows for f in found)
+    log.info(
+        "T3 micro-batch %s: factholdings: %s rows written, %s not loaded", scope.batch_id, out.get(TABLE.name), missing
+    )
+    return out
+
+
+def _alerts(found: list[pa.Table]) -> pa.Table:
+    return not_loaded_alerts(pa.concat_tables(found))
+
+
+def _recomputed(ctx: JobContext, scope: BatchScope, trades: pa.Array) -> tuple[pa.Table, pa.Table]:
+    """`holding_rows` of every staged record of the current trades `trades` (ascending), read by their range."""
     wanted = pc.field("hh_t_id").isin(trades) & within_range("hh_t_id", trades)
     read = (*FIELDS, "source_batch", "cdc_dsn")
     staged = [scope.staged_where(ctx, t, wanted, record_columns(t, read)) for t in RECORD_TABLES if ctx.lake.exists(t)]
@@ -151,20 +177,7 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     if ctx.lake.exists(wh.DIM_TRADE) and len(current):
         named = pc.field("tradeid").isin(current) & within_range("tradeid", current)
         dim = ctx.lake.read_where(wh.DIM_TRADE, named, list(TRADE_COLUMNS))
-    rows, missing = holding_rows(records, dim)
-    out: dict[str, int] = {}
-    if not scope.committed(ctx, STEP, TABLE):
-        gone = _rows_gone(ctx, trades, rows)
-        ctx.lake.upsert(TABLE, rows, app_id=scope.app_id(STEP, TABLE), version=scope.batch_id, deletes=gone)
-        out[TABLE.name] = rows.num_rows
-    owners = [f"T_ID={t}" for t in trades.to_pylist()]
-    written = commit_alert_changes(
-        ctx, scope, STEP, TABLE.name, not_loaded_alerts(missing), source=SOURCE, texts=(NOT_LOADED,), owners=owners
-    )
-    if written:
-        out[wh.DI_MESSAGES.name] = written
-    log.info("T3 micro-batch %s: factholdings: %s rows, %s not loaded", scope.batch_id, rows.num_rows, len(missing))
-    return out
+    return holding_rows(records, dim)
 
 
 def _rows_gone(ctx: JobContext, trades: pa.Array, rows: pa.Table) -> pa.Table:

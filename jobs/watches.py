@@ -37,7 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
-from jobs.messages import alert_rows, commit_alert_changes
+from jobs.messages import alert_rows
+from jobs.pieces import Alerts, Piece, recompute_in_pieces
 from jobs.scope import BatchScope, record_columns
 from jobs.valid_at import take, valid_versions
 from schemas import sources as src
@@ -52,6 +53,7 @@ STEP = "T4"
 SOURCE = "FactWatches"
 NOT_LOADED = "Watch not loaded"
 UNMATCHED = "Watch cancel without watch"
+ALERT_TEXTS = (NOT_LOADED, UNMATCHED)
 TABLE = wh.FACT_WATCHES
 # customers recomputed at once: TPC-DI has ~135 WatchHistory records per customer (SF 10: 2,106,085 of 15,735), so a
 # piece holds ~3.4 M records (a first load: SF 10 in one piece, SF 30 in two, SF 100 in seven)
@@ -212,64 +214,35 @@ def touched_customers(ctx: JobContext, scope: BatchScope) -> pa.Array:
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Recompute the watches of the touched customers; commit FactWatches, then its alerts.
-
-    The customers are taken in pieces of at most `CUSTOMERS_PER_PIECE` in ascending order (one piece but in big
-    loads), each read and recomputed alone (a customer's watches depend on its own records only), so the records
-    held are bounded by the piece, not by the load. A first load of several pieces writes each piece's rows as a file
-    of its own as it goes and commits them at once (`Lake.pieces`): FactWatches is never whole in memory."""
+    """Recompute the watches of the touched customers, `CUSTOMERS_PER_PIECE` at a time (`jobs.pieces`: a first load
+    of several pieces is never whole in memory); commit FactWatches, then its alerts."""
     if not any(ctx.lake.exists(t) for t in RECORD_TABLES):
         return {}
-    done = scope.committed(ctx, STEP, TABLE)
-    if done and scope.committed(ctx, STEP, wh.DI_MESSAGES, TABLE.name):
+    if scope.committed(ctx, STEP, TABLE) and scope.committed(ctx, STEP, wh.DI_MESSAGES, TABLE.name):
         return {}
     customers = touched_customers(ctx, scope)
     if len(customers) == 0:
         return {}
-    customers = pc.take(customers, pc.array_sort_indices(customers))
-    app_id = scope.app_id(STEP, TABLE)
-    several = len(customers) > CUSTOMERS_PER_PIECE
-    in_files = ctx.lake.pieces(TABLE, app_id=app_id, version=scope.batch_id) if several and not done else None
-    if in_files is not None and not ctx.lake.is_empty(TABLE):
-        in_files = None  # pieces are appended: only into an empty table
-    upserts, gone, failed, unmatched = [], [], [], []
-    loaded = 0
-    for start in range(0, len(customers), CUSTOMERS_PER_PIECE):
-        piece = customers[start : start + CUSTOMERS_PER_PIECE]
-        rows, piece_failed, piece_unmatched = _recomputed(ctx, scope, piece)
-        failed.append(piece_failed)
-        unmatched.append(piece_unmatched)
-        loaded += rows.num_rows
-        if done:
-            continue
-        if in_files is not None:
-            in_files.add(rows)
-        else:
-            changed, vanished = ao.changes_against(rows, _stored(ctx, piece, rows), TABLE.key)
-            upserts.append(changed)
-            gone.append(vanished)
-        del rows
-    out: dict[str, int] = {}
-    if in_files is not None:
-        out[TABLE.name] = in_files.commit().rows
-    elif not done:
-        changed, vanished = pa.concat_tables(upserts), pa.concat_tables(gone)
-        ctx.lake.upsert(TABLE, changed, app_id=app_id, version=scope.batch_id, deletes=vanished)
-        out[TABLE.name] = changed.num_rows + vanished.num_rows
-    owners = [f"C_ID={c}" for c in customers.to_pylist()]
-    failed_all, unmatched_all = pa.concat_tables(failed), pa.concat_tables(unmatched)
-    alerts = watch_alerts(failed_all, unmatched_all)
-    written = commit_alert_changes(
-        ctx, scope, STEP, TABLE.name, alerts, source=SOURCE, texts=(NOT_LOADED, UNMATCHED), owners=owners
+
+    def recompute(piece: pa.Array, compare: bool) -> Piece[tuple[pa.Table, pa.Table]]:
+        rows, failed, unmatched = _recomputed(ctx, scope, piece)
+        if not compare:
+            return Piece(rows, None, (failed, unmatched))
+        upserts, gone = ao.changes_against(rows, _stored(ctx, piece, rows), TABLE.key)
+        return Piece(upserts, gone, (failed, unmatched))
+
+    def alerts(found: list[tuple[pa.Table, pa.Table]]) -> pa.Table:
+        return watch_alerts(pa.concat_tables([f for f, _ in found]), pa.concat_tables([u for _, u in found]))
+
+    out, found = recompute_in_pieces(
+        ctx, scope, STEP, TABLE, customers, CUSTOMERS_PER_PIECE, recompute, Alerts(SOURCE, ALERT_TEXTS, "C_ID", alerts)
     )
-    if written:
-        out[wh.DI_MESSAGES.name] = written
     log.info(
-        "T4 micro-batch %s: factwatches: %s rows, %s not loaded, %s unmatched cancels",
+        "T4 micro-batch %s: factwatches: %s rows written, %s not loaded, %s unmatched cancels",
         scope.batch_id,
-        loaded,
-        failed_all.num_rows,
-        unmatched_all.num_rows,
+        out.get(TABLE.name),
+        sum(f.num_rows for f, _ in found),
+        sum(u.num_rows for _, u in found),
     )
     return out
 

@@ -19,9 +19,17 @@ import pytest
 from builders import at_scale, trim_calendar
 from windows_oracle import expected_windows, stored_windows
 
+from jobs import cash_balances, holdings, market_history, trade_candidates, watches
 from schemas import sources as src
 from schemas.model import Table
-from schemas.warehouse import DIM_TRADE, WAREHOUSE_TABLES
+from schemas.warehouse import (
+    DIM_TRADE,
+    FACT_CASH_BALANCES,
+    FACT_HOLDINGS,
+    FACT_MARKET_HISTORY,
+    FACT_WATCHES,
+    WAREHOUSE_TABLES,
+)
 from streamdi.context import JobContext
 from streamdi.delivery import deliver_batch, drip_batch
 from streamdi.generator import Params, generate
@@ -111,20 +119,48 @@ def dripped_batches(ctx: JobContext) -> list[int]:
     return BatchLog(ctx.lake).batch_ids()
 
 
-def test_shuffle_partitions_1_and_8_give_identical_warehouses(data, tmp_path, spark):
-    """`data`: the shared SF 0.02 data set (tests/e2e/conftest.py)."""
+# the steps that recompute a big load a piece of its keys at a time, with pieces small enough for SF 0.02's Batch1
+# (~2,600 trades, ~40 customers and accounts with records, ~7,000 DailyMarket records) to come in many pieces
+SMALL_PIECES = (
+    (watches, "CUSTOMERS_PER_PIECE", 8),
+    (holdings, "TRADES_PER_PIECE", 400),
+    (cash_balances, "ACCOUNTS_PER_PIECE", 9),
+    (trade_candidates, "TRADES_PER_PIECE", 400),
+    (market_history, "RECORDS_PER_PIECE", 1500),
+)
+
+
+def load_batches_1_and_2(data: Path, home: Path, spark) -> dict[str, list[dict]]:
+    ctx = make_context(home, spark)
+    for batch in (1, 2):
+        deliver_batch(data, batch, ctx.settings.landing_dir)
+        transform_pending(ctx)
+    return warehouse_rows(ctx)
+
+
+def test_shuffle_partitions_1_and_8_and_steps_in_pieces_give_identical_warehouses(data, tmp_path, spark, monkeypatch):
+    """`data`: the shared SF 0.02 data set (tests/e2e/conftest.py). Batch1 and Batch2 with 1 and 8 shuffle
+    partitions, and with every step that can recompute a piece of its keys at a time doing so in small pieces (a
+    first load's pieces written as files of their own, as SF 100's are)."""
     results = {}
     try:
         for partitions in (1, 8):
             spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-            ctx = make_context(tmp_path / f"p{partitions}", spark)
-            for batch in (1, 2):
-                deliver_batch(data, batch, ctx.settings.landing_dir)
-                transform_pending(ctx)
-            results[partitions] = warehouse_rows(ctx)
+            results[partitions] = load_batches_1_and_2(data, tmp_path / f"p{partitions}", spark)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
     assert results[1]["dimtrade"]
     assert results[8].keys() == results[1].keys()
     for table, rows in results[1].items():
         assert results[8][table] == rows, f"{table} differs between 1 and 8 shuffle partitions"
+
+    for module, name, size in SMALL_PIECES:
+        monkeypatch.setattr(module, name, size)
+    pieced = load_batches_1_and_2(data, tmp_path / "pieces", spark)
+    lake = Lake(tmp_path / "pieces" / "lake", spark)
+    for table in (FACT_WATCHES, FACT_HOLDINGS, FACT_CASH_BALANCES, DIM_TRADE, FACT_MARKET_HISTORY):
+        first_load = next(c for c in lake.history(table) if c.operation != "CREATE TABLE")
+        assert lake.written_in_pieces(table, first_load), f"{table.name}'s first load was not written in pieces"
+    assert pieced.keys() == results[1].keys()
+    for table, rows in results[1].items():
+        assert pieced[table] == rows, f"{table} differs when its steps recompute in pieces"

@@ -38,26 +38,18 @@ def placeholder(kind: pa.DataType):
     return 0 if pa.types.is_decimal(kind) else DEFAULTS[kind]
 
 
-def customer(customerid: int, sk: int, eff: str, end: dt.date = OPEN) -> dict:
-    return dimension_row(
-        wh.DIM_CUSTOMER,
-        customerid=customerid,
-        sk_customerid=sk,
-        iscurrent=end == OPEN,
-        effectivedate=dt.date.fromisoformat(eff),
-        enddate=end,
-    )
+def version(table: Table, eff: str, end: dt.date = OPEN, **keys) -> dict:
+    """A version of a dimension row: its keys, valid from `eff` to `end`."""
+    day = dt.date.fromisoformat(eff)
+    return dimension_row(table, iscurrent=end == OPEN, effectivedate=day, enddate=end, **keys)
+
+
+def customer(customerid: int, sk: int, eff: str) -> dict:
+    return version(wh.DIM_CUSTOMER, eff, customerid=customerid, sk_customerid=sk)
 
 
 def security(symbol: str, sk: int, eff: str, end: dt.date = OPEN) -> dict:
-    return dimension_row(
-        wh.DIM_SECURITY,
-        symbol=symbol,
-        sk_securityid=sk,
-        iscurrent=end == OPEN,
-        effectivedate=dt.date.fromisoformat(eff),
-        enddate=end,
-    )
+    return version(wh.DIM_SECURITY, eff, end, symbol=symbol, sk_securityid=sk)
 
 
 CUSTOMERS = [customer(c, 100 + c, "2000-01-01") for c in (1, 2, 3, 4, 5)]  # customer 6 has no version
