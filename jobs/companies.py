@@ -118,6 +118,7 @@ def resolve_company(records: pa.Table, references: pa.Table) -> tuple[pa.Array, 
         }
     )
     pairs = asked.join(references.cast(references.schema.set(0, pa.field("_ref", STRING))), "_ref", join_type="inner")
+    pairs = pairs.select(["_row", "_day", *_REFERENCE_COLUMNS])  # not the joined text, as long as the records
     valid = pc.and_(pc.less_equal(pairs["effectivedate"], pairs["_day"]), pc.less(pairs["_day"], pairs["enddate"]))
     pairs = sort(pairs.filter(valid), ["_row", "companyid"])
     chosen = pairs.filter(pa.array(~same_as_previous(pairs, ["_row"]), pa.bool_()))

@@ -100,9 +100,10 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     return _run(ctx, scope, everything)
 
 
-def _staged(ctx: JobContext, scope: BatchScope, table: Table) -> pa.Table:
-    """Every record staged up to this micro-batch, the latest delivery of each line."""
-    return latest_delivery(scope.staged_where(ctx, table, pc.scalar(True)))
+def _staged(ctx: JobContext, scope: BatchScope, table: Table, *, in_order: bool = True) -> pa.Table:
+    """Every record staged up to this micro-batch, the latest delivery of each line (in file, line order, or as
+    staged: `latest_delivery`)."""
+    return latest_delivery(scope.staged_where(ctx, table, pc.scalar(True)), in_order=in_order)
 
 
 def _with_reference(staged: pa.Table) -> pa.Table:
@@ -159,7 +160,9 @@ def _run(ctx: JobContext, scope: BatchScope, everything: bool) -> dict[str, int]
     security_deletes = _stale(current_securities, securities, wh.DIM_SECURITY, "symbol", symbols)
 
     # Financial: the companies a FIN record may have moved to or from (see the module docstring)
-    fin_all = _with_reference(_staged(ctx, scope, FIN))
+    # FIN records in the staged order: Financial's rows are ordered by their own key (`financial_rows`), and a
+    # first load's records are not copied into file order
+    fin_all = _with_reference(_staged(ctx, scope, FIN, in_order=False))
     fin_examined = fin_all
     current_fin = ctx.lake.read_if_exists(wh.FINANCIAL, list(wh.FINANCIAL.key))
     fin_ciks = None

@@ -42,14 +42,16 @@ SOURCE_OF = {wh.DIM_COMPANY.name: "DimCompany", wh.DIM_SECURITY.name: "DimSecuri
 STRING = pa.large_string()
 
 
-def latest_delivery(staged: pa.Table) -> pa.Table:
+def latest_delivery(staged: pa.Table, *, in_order: bool = True) -> pa.Table:
     """One row per (file, line): the one staged by the latest micro-batch (a file delivered again wins), in the
-    order of file, line. Ordered by the key columns alone and taken once (a first load's FIN records are the
-    largest table T1 holds: SF 100, 5.77 M); `staged` itself when it already is that (one delivery, in order)."""
-    ordered = sort(
-        with_row_numbers(staged.select(["source_file", "line_no", "batch_id"])), ["source_file", "line_no", "batch_id"]
-    )
-    kept = ordered[ROW].filter(pa.array(~same_as_next(ordered, ["source_file", "line_no"]), pa.bool_()))
+    order of file, line; without `in_order`, in the staged order (for a consumer that orders the records itself:
+    Financial's, SF 100's 5.77 M FIN records being the largest table T1 holds). Ordered by the key columns alone
+    and taken once; `staged` itself when that is already it (one delivery of each line, in the order asked for)."""
+    keys = ["source_file", "line_no"]
+    ordered = sort(with_row_numbers(staged.select([*keys, "batch_id"])), [*keys, "batch_id"])
+    kept = ordered[ROW].filter(pa.array(~same_as_next(ordered, keys), pa.bool_()))
+    if not in_order:
+        kept = pc.take(kept, pc.array_sort_indices(kept))  # the staged order
     return staged if is_every_row(kept, staged.num_rows) else staged.take(kept)
 
 

@@ -108,3 +108,12 @@ def test_latest_delivery_of_one_delivery_in_order_is_the_table_itself():
     assert latest_delivery(staged) is staged
     shuffled = staged.take([2, 0, 1])
     assert latest_delivery(shuffled)["text"].to_pylist() == ["a", "b", "c"]
+
+
+def test_latest_delivery_out_of_order_keeps_the_staged_order_and_copies_nothing_without_a_redelivery():
+    from jobs.finwire_records import latest_delivery
+
+    staged = _fin_lines(["F2", "F1", "F1"], [1, 2, 1], [1, 1, 1], ["F2:1", "F1:2", "F1:1"])
+    assert latest_delivery(staged, in_order=False) is staged
+    again = pa.concat_tables([staged, _fin_lines(["F1"], [2], [2], ["F1:2 new"])])
+    assert latest_delivery(again, in_order=False)["text"].to_pylist() == ["F2:1", "F1:1", "F1:2 new"]
