@@ -290,13 +290,13 @@ def compute(
     stamps = pa.table({"ident": changes.counted(mine & _spread(mine, late)), "ts": ts[late], "batch": batch[late]})
     judged = [lambda: changes.counted(mine)]
     if judged_span is not None:  # the records whose batch's watermark moved
-        more_ts, more_batch, more_ident = src.stamps(ctx, judged_span)
-        more_late = late_mask(more_ts, more_batch, latest, grace)
-        more = pa.table(
-            {"ident": more_ident.filter(pa.array(more_late)), "ts": more_ts[more_late], "batch": more_batch[more_late]}
+        more = src.stamps(ctx, judged_span)  # message keys made only of the late ones, and when the owners are asked
+        more_late = late_mask(more.ts, more.batch, latest, grace)
+        late_ones = pa.table({"ident": more.keys(more_late), "ts": more.ts[more_late], "batch": more.batch[more_late]})
+        stamps = ao.first_of_groups(
+            ao.sort(pa.concat_tables([stamps, late_ones.cast(stamps.schema)]), ["ident"]), ["ident"]
         )
-        stamps = ao.first_of_groups(ao.sort(pa.concat_tables([stamps, more.cast(stamps.schema)]), ["ident"]), ["ident"])
-        judged.append(lambda: more_ident)
+        judged.append(more.keys)
     alerts = late_alerts(source, stamps, latest)
     if not aged and not aged_slices and span is None and not len(ts) and judged_span is None:
         return None
