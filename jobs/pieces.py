@@ -87,7 +87,7 @@ def recompute_in_pieces(
             upserts.append(piece.upserts)
             if piece.deletes is not None:
                 deletes.append(piece.deletes)
-        del piece
+        del piece  # let its rows go before the next piece is computed
     out: dict[str, int] = {}
     if in_files is not None:
         out[table.name] = in_files.commit().rows
