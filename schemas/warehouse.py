@@ -257,6 +257,7 @@ DIM_TRADE = Table(
     pg_indexes=(("sk_accountid",), ("sk_securityid",), ("sk_createdateid",)),
     file_bytes=4 * 1024 * 1024,  # a micro-batch's MERGE rewrites the file of the latest trades, not the table
     skip_equal_rows=True,  # the trades of changed accounts are recomputed, and mostly come out equal
+    resident=True,  # and looked up (T3's equal rows, FactHoldings' trades, AG's completed trades) all over the table
     doc="One row per trade; keys fixed at the trade's creation, close date/time from its status history.",
 )
 

@@ -32,7 +32,7 @@ from schemas.model import Column as C
 from schemas.model import Table
 from streamdi.delta_appends import appended_files
 from streamdi.delta_log import table_id
-from streamdi.lake import CommitInfo, CommitResult, Lake
+from streamdi.lake import RESIDENT_BYTES, CommitInfo, CommitResult, Lake
 
 pytestmark = pytest.mark.integration
 
@@ -1272,6 +1272,41 @@ def test_an_upsert_leaves_out_rows_equal_to_the_table_and_changes_exactly_the_ot
         deletes=pa.table({"id": pa.array([6], pa.int64())}),
     )
     assert deleted.committed and [r["id"] for r in lake.read_arrow(table).to_pylist()] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("budget", [RESIDENT_BYTES, 0], ids=["held", "no-memory"])
+def test_an_upsert_into_a_held_table_finds_its_equal_rows_in_memory(tmp_path, budget):
+    """A resident table with `skip_equal_rows` (DimTrade) that is held looks up the rows equal to an upsert's in
+    memory, not in its files: with the data files moved away, an upsert of equal rows still records its app
+    transaction and changes nothing; without memory for resident tables the same upsert needs the files. Back with
+    its files, a changed row and a new one are merged as usual."""
+    lake = Lake(tmp_path / "lake", resident_bytes=budget)
+    table = dataclasses.replace(resident_table("held_equal_rows"), skip_equal_rows=True)
+    lake.append(table, arrow_rows(table, [row(i) for i in range(100)]), app_id="T3/x", version=1)
+    for _ in range(2):  # from its files, then held
+        assert lake.read_where(table, pc.field("id") == 3, ["id"])["id"].to_pylist() == [3]
+    away = tmp_path / "away"
+    hide_files(lake, table, away)
+    equal = arrow_rows(table, [row(5), row(50), row(99)])
+    if budget == 0:
+        with pytest.raises(OSError):
+            lake.upsert(table, equal, app_id="T3/x", version=2)
+        return
+    result = lake.upsert(table, equal, app_id="T3/x", version=2)
+    assert (result.committed, result.table_version) == (True, 2) and lake.committed_version(table, "T3/x") == 2
+
+    restore_files(lake, table, away)
+    lake.upsert(table, arrow_rows(table, [row(5), row(50, name="changed"), row(100)]), app_id="T3/x", version=3)
+    assert lake.read_arrow(table).sort_by("id").to_pylist() == [
+        *(row(i) for i in range(50)),
+        row(50, name="changed"),
+        *(row(i) for i in range(51, 101)),
+    ]
+    assert [(c["_change_type"], c["id"]) for c in feed(lake, table, 3, 3)] == [
+        ("update_preimage", 50),
+        ("update_postimage", 50),
+        ("insert", 100),
+    ]
 
 
 def test_a_resident_table_that_does_not_fit_beside_the_held_ones_is_read_from_its_files(tmp_path):
