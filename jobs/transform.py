@@ -5,8 +5,8 @@
 | T0   | DimDate, DimTime, StatusType, TradeType, Industry, TaxRate, DimBroker | `jobs.reference` |
 | T1   | DimCompany, DimSecurity, Financial (CreateSecurities) | `jobs.create_securities` |
 | T2   | DimCustomer, then DimAccount beside Prospect (CreateAccounts) | `jobs.create_accounts`, `jobs.prospect` |
-| T3   | DimTrade, then FactHoldings; FactCashBalances | `jobs.create_trades`, `jobs.holdings`, `jobs.cash_balances` |
-| T4   | FactMarketHistory, FactWatches | `jobs.market_history`, `jobs.watches` |
+| T3   | DimTrade, FactHoldings; FactCashBalances beside | `jobs.create_trades`, `jobs.holdings`, `jobs.cash_balances` |
+| T4   | FactMarketHistory beside FactWatches | `jobs.market_history`, `jobs.watches` |
 | AG   | live windows: trade_windows, market_windows (late records in DImessages) | `jobs.windows` |
 | DM   | DImessages: validation counts, phase complete | `jobs.messages` |
 
@@ -58,6 +58,7 @@ from jobs import (
     watches,
     windows,
 )
+from jobs.beside import run_beside
 from jobs.scope import BatchScope, load_scope
 from schemas import warehouse as wh
 from schemas.model import Table
@@ -81,21 +82,34 @@ class Step:
 
 
 def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Step T3: DimTrade, then FactHoldings (keyed through DimTrade), and FactCashBalances."""
-    rows = create_trades.run(ctx, scope)
-    scope.finished(wh.DIM_TRADE)
-    for part in (holdings.run, cash_balances.run):
-        for table, n in part(ctx, scope).items():
-            rows[table] = rows.get(table, 0) + n
-    return rows
+    """Step T3: DimTrade, then FactHoldings (keyed through DimTrade); beside them FactCashBalances (`jobs.beside`)."""
+
+    def trades() -> dict[str, int]:
+        rows = create_trades.run(ctx, scope)
+        scope.finished(wh.DIM_TRADE)
+        return _added(rows, holdings.run(ctx, scope))
+
+    return _added(*run_beside(scope, [trades, lambda: cash_balances.run(ctx, scope)]))
 
 
 def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
-    """Step T4: FactWatches, then FactMarketHistory (the larger; a migration beside lands FactWatches meanwhile)."""
-    rows = watches.run(ctx, scope)
-    scope.finished(wh.FACT_WATCHES)
-    for table, n in market_history.run(ctx, scope).items():
-        rows[table] = rows.get(table, 0) + n
+    """Step T4: FactMarketHistory beside FactWatches (`jobs.beside`; a migration beside lands FactWatches as soon
+    as it is done)."""
+
+    def watched() -> dict[str, int]:
+        rows = watches.run(ctx, scope)
+        scope.finished(wh.FACT_WATCHES)
+        return rows
+
+    return _added(*run_beside(scope, [lambda: market_history.run(ctx, scope), watched]))
+
+
+def _added(*parts: dict[str, int]) -> dict[str, int]:
+    """Rows per table of several parts of a step (DImessages, written by each, summed)."""
+    rows: dict[str, int] = {}
+    for part in parts:
+        for table, n in part.items():
+            rows[table] = rows.get(table, 0) + n
     return rows
 
 

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
+from jobs.beside import run_beside
 from jobs.messages import commit_alert_changes
 from jobs.scope import BatchScope
 from jobs.windows_lateness import ALERT_SOURCE, LATE, NO_TIME, late_alerts, late_mask, watermark_moves
@@ -97,8 +98,9 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         return out
     days = rerouted(ctx, scope)
     marks, deletes, ends, ended = [], [], [], []
-    for src in sources:
-        done = run_source(ctx, scope, src, days)
+    # the sources' windows beside each other (`jobs.beside`), taken in the sources' order
+    done_by_source = run_beside(scope, [functools.partial(run_source, ctx, scope, src, days) for src in sources])
+    for src, done in zip(sources, done_by_source, strict=True):
         if done is not None:
             rows, latest, gone, before = done
             out |= rows
