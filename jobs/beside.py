@@ -2,7 +2,7 @@
 
 Some steps are made of parts that read and commit different tables: T3's DimTrade then FactHoldings, and its
 FactCashBalances (which reads only CashTransaction and DimAccount); T4's FactWatches and FactMarketHistory; AG's
-trade windows and market windows. During a small micro-batch the process keeps only about 1.1 of this machine's 2
+trade windows and market windows. During a small micro-batch the process keeps only about 1.2 of this machine's 2
 cores busy (its threads wait on delta-rs commits, Parquet reads and the checks' server), so such parts finish sooner
 beside each other than one after the other. The step's result is the same either way: each part commits its own
 tables under its own app transactions (DImessages: each part upserts only its own alerts, under the table's commit
