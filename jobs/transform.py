@@ -191,13 +191,14 @@ def run(
     on_committed: Callable[[str], None] | None = None,
     on_finished: Callable[[tuple[Table, ...]], None] | None = None,
 ) -> TransformReport:
-    """Run every step of micro-batch `batch_id` in dependency order: in waves of the steps whose dependencies
-    are done, the steps of a wave at the same time. The warehouse suites of a wave's steps run beside the next
-    wave (`Checks`), whose commits wait until they have passed; a step that reads the checks' results
-    (`Step.reads_checks`: DM) starts after them. A failing step fails the run once its wave and the checks started
-    have ended; a failed halt check stops it before any later commit (`report.halts`). `attempt` is the number of
-    times an operator resumed the micro-batch's transform. `on_committed` hears of each step as soon as it has
-    returned, its commits made, before its checks: a migration beside the transform lands its tables in the open
+    """Run every step of micro-batch `batch_id` in dependency order: in waves of the steps whose dependencies are done,
+    the steps of a wave at the same time (one step at a time, each after the suites of the one before, with
+    `steps_beside` off in the settings: a first load under a memory cap). The warehouse suites of a wave's steps run
+    beside the next wave (`Checks`), whose commits wait until they have passed; a step that reads the checks'
+    results (`Step.reads_checks`: DM) starts after them. A failing step fails the run once its wave and the checks
+    started have ended; a failed halt check stops it before any later commit (`report.halts`). `attempt` is the
+    number of times an operator resumed the micro-batch's transform. `on_committed` hears of each step as soon as it
+    has returned, its commits made, before its checks: a migration beside the transform lands its tables in the open
     transaction while the suites run, and commits only after the whole transform (a halt rolls it back).
     `on_finished` hears of tables a step finished before it returns (`BatchScope.finished`)."""
     scope = load_scope(ctx, batch_id)
@@ -207,8 +208,9 @@ def run(
     checks = Checks(ctx, batch_id, attempt)
     checking: list[tuple[Step, dict[str, int], float, Future | None]] = []  # steps done, their checks in flight
     with ctx.lake.gated(checks.gate):
-        for wave in waves(STEPS):
-            if any(step.reads_checks for step in wave):
+        beside = ctx.settings.steps_beside
+        for wave in waves(STEPS) if beside else [(step,) for together in waves(STEPS) for step in together]:
+            if not beside or any(step.reads_checks for step in wave):
                 checks.wait()
             futures = [_step_pool().submit(_ran, ctx, scope, step) for step in wave]
             if on_committed:  # each step as soon as it returns, while the rest of its wave runs

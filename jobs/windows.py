@@ -17,10 +17,14 @@ stored rows: new and changed rows are upserted, vanished ones deleted. In order,
 windows of its own hours and days; the cost follows the span, not the history.
 
 **One set of slices for all windows.** Per source and level, the records of the span are cut into slices
-(`slice_partials`: per node and slice the sums, extremes, first and last event time), the slices into aligned
-blocks (`jobs.slicing.build_blocks`), and every tumbling and sliding window of every declaration is combined from
-the blocks that cover it; sessions fuse consecutive slices of a node whose records are less than the gap apart.
-Adding a window adds its combinations, not another pass over the records (bench/windows.py).
+(`slice_partials`: per node and slice the sums, extremes, first and last event time), the slices into aligned blocks
+(`jobs.slicing.build_blocks`), and every sliding window of every declaration is combined from the blocks that cover
+it; a tumbling window is its slices regrouped (no blocks: they would hold about one block per slice at every level
+for sparse nodes such as customers by the hour); sessions fuse consecutive slices of a node whose records are less
+than the gap apart. Adding a window adds its combinations, not another pass over the records (bench/windows.py). The
+records are read and cut into slices a piece at a time (`PIECE_RECORDS`, `jobs.windows_slices.merged`): a first
+load's year of records is never held whole, only its slices (SF 100: a year of market rows, ~25 M; their slices:
+~110 industries and sectors a day).
 
 **Where the parts are.** This module is the step: what a micro-batch recomputes, read from and committed to the
 lake. The records it reads come from `jobs.windows_sources` (routed along the hierarchies by
@@ -51,7 +55,18 @@ from jobs.messages import commit_alert_changes
 from jobs.scope import BatchScope
 from jobs.windows_lateness import ALERT_SOURCE, LATE, NO_TIME, late_alerts, late_mask, watermark_moves
 from jobs.windows_routing import rerouted, rerouted_spans
-from jobs.windows_slices import ALIGN_US, US_PER_DAY, results, session_span, slice_rows, us, window_span
+from jobs.windows_slices import (
+    ALIGN_US,
+    US_PER_DAY,
+    merged,
+    no_slices,
+    results_of,
+    session_span,
+    slice_rows_of,
+    sliced,
+    us,
+    window_span,
+)
 from jobs.windows_sources import SOURCES, Changes
 from schemas import warehouse as wh
 from schemas import windows as ws
@@ -61,6 +76,9 @@ from streamdi.context import JobContext
 log = logging.getLogger(__name__)
 
 STEP = "AG"
+# records read and sliced at a time: a first load's read spans a year of records (SF 100: ~25 M market rows), whose
+# slices at the windows' levels are far fewer
+PIECE_RECORDS = 2_000_000
 
 
 def read_latest(ctx: JobContext, source: str) -> dict[int, int]:
@@ -74,20 +92,25 @@ def update_latest(ctx: JobContext, src, before: dict[int, int], changes: Changes
     """The latest event time per TPC-DI batch after the micro-batch: raised by its new records; read again for a
     batch whose latest record it changed or removed."""
     after = dict(before)
-    for b in sorted(set(changes.batches.tolist())):
-        mine = changes.batch == b
-        new = changes.ts[mine & changes.after]
-        old = changes.ts[mine & ~changes.after]
-        if b in before and (old == before[b]).any() and not (new == before[b]).any():
+    for b in _distinct(changes.batches):  # masks, not copies: a first load's changes are every record (SF 100: 42 M)
+        new = (changes.batch == b) & changes.after
+        old = (changes.batch == b) & ~changes.after
+        if b in before and ((changes.ts == before[b]) & old).any() and not ((changes.ts == before[b]) & new).any():
             latest = src.latest_of(ctx, b)
         else:
-            candidates = [t for t in (before.get(b), int(new.max()) if len(new) else None) if t is not None]
+            newest = int(np.max(changes.ts, where=new, initial=NO_TIME)) if new.any() else None
+            candidates = [t for t in (before.get(b), newest) if t is not None]
             latest = max(candidates) if candidates else src.latest_of(ctx, b)
         if latest is None:
             after.pop(b, None)
         else:
             after[b] = latest
     return after
+
+
+def _distinct(values: np.ndarray) -> list[int]:
+    """The distinct values of an int array, in order (hashed: no sort or Python list of every value)."""
+    return sorted(pc.unique(pa.array(values)).to_pylist()) if len(values) else []
 
 
 def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -169,7 +192,7 @@ def run_source(
     grace = us(ws.GRACE[source])
     before = read_latest(ctx, source)
     latest = update_latest(ctx, src, before, changes)
-    end_of_time = max([*latest.values(), *changes.ts.tolist(), 0]) + US_PER_DAY
+    end_of_time = max([*latest.values(), int(changes.ts.max()) if len(changes.ts) else 0, 0]) + US_PER_DAY
     moves = watermark_moves(before, latest, grace)
     spans = [(int(changes.ts.min()), int(changes.ts.max()) + 1)] if len(changes.ts) else []
     spans += moves
@@ -287,7 +310,7 @@ def compute(
         rows, gone, slices, slices_gone = _recompute(ctx, src, windows, span, latest, keeps)
     judged_span = _hull(moves)
     mine = changes.after
-    ts, batch = changes.ts[mine], changes.batch[mine]
+    ts, batch = (changes.ts, changes.batch) if mine.all() else (changes.ts[mine], changes.batch[mine])
     late = late_mask(ts, batch, latest, grace)
     stamps = pa.table({"ident": changes.counted(mine & _spread(mine, late)), "ts": ts[late], "batch": batch[late]})
     judged = [lambda: changes.counted(mine)]
@@ -388,11 +411,16 @@ def _recompute(
         return empty, empty.select(list(table.key)), none, none.select(list(slice_table.key))
     read = (min(n[0] for n in needs), max(n[1] for n in needs))
     earliest = min([read[0], *(lo for _, lo in sessions)])
+    levels = {lv for w in windows for lv in w.levels} | set(keeps)
     while True:
-        records = src.read(ctx, read)
-        late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
-        on_time = records.filter(~late) if late.any() else records  # (no copy of a read without late records)
-        new = kept(results(source, on_time, windows, span, table), windows, latest)
+        slices_of = None  # the on-time records' slices, a piece of the read at a time (a first load: years of them)
+        for records in src.read_pieces(ctx, read, PIECE_RECORDS):
+            late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
+            on_time = records.filter(~late) if late.any() else records  # (no copy of a read without late records)
+            slices_of = merged(slices_of, sliced(source, on_time, levels))
+        if slices_of is None:
+            slices_of = no_slices(source, levels)
+        new = kept(results_of(source, slices_of, windows, span, table), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         names = new["window_name"].to_pylist() if sessions and read[0] > earliest else []
         cut = any(
@@ -405,7 +433,7 @@ def _recompute(
     rows, gone = ao.changes_against(new, pa.concat_tables([table.arrow_schema().empty_table(), *stored]), table.key)
     if not keeps:
         return rows, gone, stored_slices, stored_slices.select(list(slice_table.key))
-    new_slices = slice_rows(source, on_time, keeps, span, _latest(latest), slice_table)
+    new_slices = slice_rows_of(source, slices_of, keeps, span, _latest(latest), slice_table)
     return rows, gone, *ao.changes_against(new_slices, stored_slices, slice_table.key)
 
 

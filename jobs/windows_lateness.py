@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs import arrow_ops as ao
 from jobs.messages import alert_rows
@@ -40,9 +41,15 @@ def watermarks(latest: Mapping[int, int]) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def late_mask(ts: np.ndarray, batch: np.ndarray, latest: Mapping[int, int], grace_us: int) -> np.ndarray:
-    """Whether each record is late: its event time is before its batch's watermark minus the grace."""
-    mark = watermarks(latest)(batch)
-    return (mark != NO_TIME) & (np.asarray(ts, np.int64) < mark - grace_us)
+    """Whether each record is late: its event time is before its batch's watermark minus the grace. Per TPC-DI
+    batch, with boolean masks only (a first load judges every record: SF 100's 42 M market rows)."""
+    ts, batch = np.asarray(ts), np.asarray(batch)
+    out = np.zeros(len(ts), dtype=bool)
+    distinct = np.asarray(pc.unique(pa.array(batch)), np.int64) if len(batch) else np.array([], np.int64)
+    for b, mark in zip(distinct.tolist(), watermarks(latest)(distinct).tolist(), strict=True):
+        if mark != NO_TIME:
+            out |= (batch == b) & (ts < mark - grace_us)
+    return out
 
 
 def watermark_moves(before: Mapping[int, int], after: Mapping[int, int], grace_us: int) -> list[tuple[int, int]]:

@@ -8,15 +8,17 @@ lake, no clock.
 
 Per source and level, the records are cut into slices (`slice_partials`: per node and slice the sums, extremes,
 first and last event time), the slices into aligned blocks (`jobs.slicing.build_blocks`, the shared slicing
-mechanism), and every tumbling and sliding window of every declaration is combined from the blocks that cover it
-(`window_rows`); sessions fuse consecutive slices of a node whose records are less than the gap apart
-(`session_rows`). Adding a window adds its combinations, not another pass over the records (bench/windows.py).
+mechanism), and every sliding window of every declaration is combined from the blocks that cover it
+(`window_rows`); a tumbling window is its slices regrouped (`tumbling_rows`); sessions fuse consecutive slices of a
+node whose records are less than the gap apart (`session_rows`). Adding a window adds its combinations, not another
+pass over the records (bench/windows.py). Slices of two sets of records combine into the slices of both (`merged`),
+so a long read is sliced a piece at a time (`sliced`), and the windows are answered from the slices (`results_of`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,6 +128,28 @@ def window_rows(
     }
 
 
+def tumbling_rows(
+    window: ws.Window, nodes: pa.Array, slices: slicing.Partials, numbers: tuple[int, int]
+) -> dict[str, np.ndarray | pa.Array]:
+    """`window_rows` of a tumbling `window`, whose windows do not overlap: each slice belongs to one window, so the
+    windows are the slices regrouped, without blocks (a level of sparse nodes, such as customers by the hour, has
+    about one block per slice at every level of blocks: SF 30's year of trades, ~2 GiB of blocks for weeks)."""
+    size = window.size_slices
+    codes, _, s = slicing.key_parts(slices.keys)
+    k = np.floor_divide(s, size)
+    has = (k >= numbers[0]) & (k <= numbers[1])
+    values = {n: v[has] for n, v in slices.values.items()}
+    windows = slicing.Partials.of(slicing.block_keys(codes[has], 0, k[has]), values, slices.ops)
+    c, _, k = slicing.key_parts(windows.keys)
+    unit = us(ws.SLICE[window.source])
+    return {
+        "node": nodes.take(pa.array(c, pa.int64())),
+        "window_start": ALIGN_US + k * size * unit,
+        "window_end": ALIGN_US + (k + 1) * size * unit,
+        **windows.values,
+    }
+
+
 def session_rows(window: ws.Window, nodes: pa.Array, slices: slicing.Partials) -> dict[str, np.ndarray | pa.Array]:
     """The sessions of every node: its slices fused while the next slice's first record is less than the gap
     after the previous slice's last (a gap of at least one slice keeps each slice within one session)."""
@@ -150,17 +174,59 @@ def session_rows(window: ws.Window, nodes: pa.Array, slices: slicing.Partials) -
     }
 
 
+Sliced = dict[str, tuple[pa.Array, slicing.Partials]]  # level -> (its nodes, sorted; its slices' partials)
+
+
+def sliced(source: str, records: Records, levels: Iterable[str]) -> Sliced:
+    """The slices of `records` at each of `levels` (`slice_partials`, with the sessions' first and last times)."""
+    unit, ops = us(ws.SLICE[source]), MEASURES[source] | TIMES
+    return {level: slice_partials(records, level, unit, ops) for level in sorted(set(levels))}
+
+
+def no_slices(source: str, levels: Iterable[str]) -> Sliced:
+    """`sliced` of no records."""
+    ops = MEASURES[source] | TIMES
+    none = slicing.Partials.of(np.array([], np.int64), {n: np.array([], np.int64) for n in ops}, ops)
+    return {level: (pa.array([], pa.large_string()), none) for level in sorted(set(levels))}
+
+
+def merged(a: Sliced | None, b: Sliced) -> Sliced:
+    """The slices of the records of `a` and `b` together (two pieces of one read, no record in both): each level's
+    nodes united and the partials of a slice in both combined -- sums, extremes and times are associative, so a
+    read taken a piece at a time gives the slices of the whole read."""
+    if a is None:
+        return b
+    out: Sliced = {}
+    for level, (nodes_b, slices_b) in b.items():
+        nodes_a, slices_a = a[level]
+        nodes = pc.unique(pa.concat_arrays([nodes_a, nodes_b]))
+        nodes = nodes.take(pc.sort_indices(nodes))
+        keys = []
+        for part_nodes, part in ((nodes_a, slices_a), (nodes_b, slices_b)):
+            codes, _, s = slicing.key_parts(part.keys)
+            recode = pc.index_in(part_nodes, value_set=nodes).to_numpy(zero_copy_only=False).astype(np.int64)
+            keys.append(slicing.block_keys(recode[codes], 0, s))
+        values = {n: np.concatenate([slices_a.values[n], slices_b.values[n]]) for n in slices_b.ops}
+        out[level] = (nodes, slicing.Partials.of(np.concatenate(keys), values, slices_b.ops))
+    return out
+
+
 def results(
     source: str, records: Records, windows: tuple[ws.Window, ...], span: tuple[int, int], table: Table
 ) -> pa.Table:
     """The rows of every declared window of `source` that the span [lo, hi) of event time touches (sessions: that
     reach into it), from `records` (every on-time record those windows hold)."""
-    unit = us(ws.SLICE[source])
-    ops = MEASURES[source] | TIMES
+    return results_of(source, sliced(source, records, [lv for w in windows for lv in w.levels]), windows, span, table)
+
+
+def results_of(
+    source: str, slices_of: Sliced, windows: tuple[ws.Window, ...], span: tuple[int, int], table: Table
+) -> pa.Table:
+    """`results` from the records' slices (`sliced`, at least at the windows' levels)."""
     parts = []
     for level in sorted({lv for w in windows for lv in w.levels}):
-        nodes, slices = slice_partials(records, level, unit, ops)
-        sizes = [w.size_slices for w in windows if level in w.levels and w.kind != ws.SESSION]
+        nodes, slices = slices_of[level]
+        sizes = [w.size_slices for w in windows if level in w.levels and w.kind == ws.SLIDING]
         tree = slicing.build_blocks(slices, slicing.levels_for(max(sizes))) if sizes else slices
         for w in windows:
             if level not in w.levels:
@@ -170,7 +236,10 @@ def results(
                 ends = rows["window_end"] - us(w.size)
                 keep = (rows["window_start"] < span[1] + us(w.size)) & (ends >= span[0] - us(w.size))
             else:
-                rows = window_rows(w, nodes, slices, tree, window_span(w, *span))
+                if w.kind == ws.TUMBLING:
+                    rows = tumbling_rows(w, nodes, slices, window_span(w, *span))
+                else:
+                    rows = window_rows(w, nodes, slices, tree, window_span(w, *span))
                 keep = np.ones(len(rows["window_start"]), dtype=bool)
             parts.append(window_table(w.name, level, rows, keep, table))
     if not parts:
@@ -222,13 +291,21 @@ def slice_rows(
     """The rows of `table` (the source's slice table) for the levels of `keeps`: per level, node and slice the
     partial aggregate of `records` (on-time records covering every slice that [lo, hi) of event time touches),
     for the slices `span` touches that end after `latest - keeps[level]` (`latest`: the source's latest record)."""
+    if latest is not None and keeps:  # only the records of slices that can be kept (Batch1: days of five years)
+        records = records.filter(records.ts >= latest - max(keeps.values()) - us(ws.SLICE[source]))
+    return slice_rows_of(source, sliced(source, records, keeps), keeps, span, latest, table)
+
+
+def slice_rows_of(
+    source: str, slices_of: Sliced, keeps: Mapping[str, int], span: tuple[int, int], latest: int | None, table: Table
+) -> pa.Table:
+    """`slice_rows` from the records' slices (`sliced`, at least at the levels of `keeps`): a slice that ends after
+    `latest - keeps[level]` holds no record from before it, so the slices need not be cut to that time first."""
     unit = us(ws.SLICE[source])
     first, last = (int(i) for i in slice_index(np.array([span[0], span[1] - 1]), unit))
-    if latest is not None and keeps:  # only the records of slices that can be kept (Batch1: days of five years)
-        records = records.filter(records.ts >= latest - max(keeps.values()) - unit)
     parts = []
     for level in sorted(keeps):
-        nodes, slices = slice_partials(records, level, unit, MEASURES[source])
+        nodes, slices = slices_of[level]
         codes, _, s = slicing.key_parts(slices.keys)
         start = ALIGN_US + s * unit
         keep = (s >= first) & (s <= last)

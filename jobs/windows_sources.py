@@ -10,7 +10,7 @@ only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,10 +27,13 @@ from streamdi.context import JobContext
 
 
 def date_id_days(ids: np.ndarray) -> np.ndarray:
-    """Days since 1970-01-01 of DimDate ids (yyyymmdd)."""
-    ids = np.asarray(ids, np.int64)
-    months = (ids // 10000 - 1970) * 12 + (ids // 100 % 100 - 1)
-    return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + ids % 100 - 1
+    """Days since 1970-01-01 of DimDate ids (yyyymmdd), computed once per distinct id (a few thousand days; a
+    first load's records are tens of millions)."""
+    encoded = pc.dictionary_encode(pa.array(np.asarray(ids)))
+    distinct = np.asarray(encoded.dictionary, np.int64)
+    months = (distinct // 10000 - 1970) * 12 + (distinct // 100 % 100 - 1)
+    days = months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + distinct % 100 - 1
+    return days[np.asarray(encoded.indices)]
 
 
 def time_id_us(ids: np.ndarray) -> np.ndarray:
@@ -58,8 +61,10 @@ class Changes:
         return self.key_of(self.rows)
 
     def counted(self, which: np.ndarray) -> pa.Array:
-        """Message keys of the counting records selected by `which` (parallel to ts)."""
-        return self.key_of(self.rows.filter(pa.array(self.counting)).filter(pa.array(which)))
+        """Message keys of the counting records selected by `which` (parallel to ts); only those rows are copied."""
+        chosen = np.zeros(len(self.counting), dtype=bool)
+        chosen[np.flatnonzero(self.counting)] = which
+        return self.key_of(self.rows.filter(pa.array(chosen)))
 
     @classmethod
     def none(cls) -> Changes:
@@ -157,14 +162,25 @@ class TradeSource:
         rows = self._completed(ctx, pc.field("batchid") == batch, ["sk_closedateid", "sk_closetimeid"])
         return int(self._ts(rows).max()) if rows.num_rows else None
 
+    _RECORD = [*_FEED, "sk_companyid", "sk_customerid", "sk_brokerid"]
+
     def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
-        columns = [*self._FEED, "sk_companyid", "sk_customerid", "sk_brokerid"]
-        rows = self._completed(ctx, _date_range("sk_closedateid", span), columns)
+        """The completed trades of `span` in trade order, routed."""
+        rows = self._completed(ctx, _date_range("sk_closedateid", span), self._RECORD)
+        return self._records(ctx, rows.take(pc.sort_indices(rows["tradeid"])), span)
+
+    def read_pieces(self, ctx: JobContext, span: tuple[int, int], rows: int) -> Iterator[Records]:
+        """`read` a piece of about `rows` trades at a time, in no particular order."""
+        wanted = list(dict.fromkeys([*self._RECORD, "status"]))
+        for piece in ctx.lake.read_in_pieces(self.table, wanted, _date_range("sk_closedateid", span), rows):
+            yield self._records(ctx, piece.filter(pc.equal(piece["status"], "Completed")).select(self._RECORD), span)
+
+    def _records(self, ctx: JobContext, rows: pa.Table, span: tuple[int, int]) -> Records:
+        """The completed trades `rows` within `span`, routed along the hierarchies."""
         ts = self._ts(rows)
         keep = (ts >= span[0]) & (ts < span[1])
-        order = pc.sort_indices(rows["tradeid"]).to_numpy()  # in trade order, the span's only
-        order = order[keep[order]]
-        rows, ts = rows.take(pa.array(order)), ts[order]
+        if not keep.all():
+            rows, ts = rows.filter(pa.array(keep)), ts[keep]
         day = np.floor_divide(ts, US_PER_DAY)
         symbol = lookup(ctx, wh.DIM_SECURITY, "sk_securityid", rows["sk_securityid"], "symbol")
         nodes = route_securities(ctx, symbol, day, rows["sk_companyid"])
@@ -233,11 +249,20 @@ class MarketSource:
         rows = ctx.lake.read_where(self.table, pc.field("batchid") == batch, ["sk_dateid"])
         return int(self._ts(rows).max()) if rows.num_rows else None
 
+    _RECORD = [*_FEED, "sk_companyid"]
+
     def read(self, ctx: JobContext, span: tuple[int, int]) -> Records:
-        columns = [*self._FEED, "sk_companyid"]
-        rows = ao.sort(
-            ctx.lake.read_if_exists(self.table, columns, _date_range("sk_dateid", span)), ["symbol", "sk_dateid"]
-        )
+        """The market rows of `span` by symbol and day, routed."""
+        rows = ctx.lake.read_if_exists(self.table, self._RECORD, _date_range("sk_dateid", span))
+        return self._records(ctx, ao.sort(rows, ["symbol", "sk_dateid"]))
+
+    def read_pieces(self, ctx: JobContext, span: tuple[int, int], rows: int) -> Iterator[Records]:
+        """`read` a piece of about `rows` market rows at a time, in no particular order."""
+        for piece in ctx.lake.read_in_pieces(self.table, self._RECORD, _date_range("sk_dateid", span), rows):
+            yield self._records(ctx, piece)
+
+    def _records(self, ctx: JobContext, rows: pa.Table) -> Records:
+        """Market rows, routed along the hierarchies (whole days: every row of the span's days is in it)."""
         ts = self._ts(rows)
         return Records(
             ts=ts,

@@ -154,6 +154,13 @@ class Settings(BaseSettings):
         "step that writes it is done; the transaction commits after the whole transform, so a micro-batch still "
         "becomes visible whole. false: migrate after the transform.",
     )
+    steps_beside: bool = Field(
+        default=True,
+        description="Run the transform steps that do not depend on each other side by side (T1 beside T2, T3 beside "
+        "T4) and a step's warehouse suites beside the next steps. false: one step at a time, each after the suites of "
+        "the one before, so that a first load holds one step's tables at a time (with STREAMDI_RESIDENT_MB=0 and "
+        "STREAMDI_MIGRATE_BESIDE_TRANSFORM=false, how a large first load keeps within a memory cap).",
+    )
     gx_server: bool = Field(
         default=True,
         description="Validate on a warm Great Expectations server process that the first validating process starts "
@@ -276,6 +283,7 @@ class Settings(BaseSettings):
             "STREAMDI_EXECUTOR_PARSE_BYTES": str(self.executor_parse_bytes),
             "STREAMDI_EXECUTOR_PARSE_CHUNK_BYTES": str(self.executor_parse_chunk_bytes),
             "STREAMDI_MIGRATE_BESIDE_TRANSFORM": str(self.migrate_beside_transform).lower(),
+            "STREAMDI_STEPS_BESIDE": str(self.steps_beside).lower(),
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
             "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",

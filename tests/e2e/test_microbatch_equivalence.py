@@ -19,7 +19,7 @@ import pytest
 from builders import at_scale, trim_calendar
 from windows_oracle import expected_windows, stored_windows
 
-from jobs import cash_balances, holdings, market_history, trade_candidates, watches
+from jobs import cash_balances, holdings, market_history, trade_candidates, watches, windows
 from schemas import sources as src
 from schemas.model import Table
 from schemas.warehouse import (
@@ -127,11 +127,12 @@ SMALL_PIECES = (
     (cash_balances, "ACCOUNTS_PER_PIECE", 9),
     (trade_candidates, "TRADES_PER_PIECE", 400),
     (market_history, "RECORDS_PER_PIECE", 1500),
+    (windows, "PIECE_RECORDS", 500),
 )
 
 
-def load_batches_1_and_2(data: Path, home: Path, spark) -> dict[str, list[dict]]:
-    ctx = make_context(home, spark)
+def load_batches_1_and_2(data: Path, home: Path, spark, **settings) -> dict[str, list[dict]]:
+    ctx = make_context(home, spark, **settings)
     for batch in (1, 2):
         deliver_batch(data, batch, ctx.settings.landing_dir)
         transform_pending(ctx)
@@ -141,7 +142,8 @@ def load_batches_1_and_2(data: Path, home: Path, spark) -> dict[str, list[dict]]
 def test_shuffle_partitions_1_and_8_and_steps_in_pieces_give_identical_warehouses(data, tmp_path, spark, monkeypatch):
     """`data`: the shared SF 0.02 data set (tests/e2e/conftest.py). Batch1 and Batch2 with 1 and 8 shuffle
     partitions, and with every step that can recompute a piece of its keys at a time doing so in small pieces (a
-    first load's pieces written as files of their own, as SF 100's are)."""
+    first load's pieces written as files of their own, as SF 100's are; the live windows sliced a piece of their
+    records at a time), one step at a time (`STREAMDI_STEPS_BESIDE=false`, as a capped first load runs)."""
     results = {}
     try:
         for partitions in (1, 8):
@@ -156,7 +158,7 @@ def test_shuffle_partitions_1_and_8_and_steps_in_pieces_give_identical_warehouse
 
     for module, name, size in SMALL_PIECES:
         monkeypatch.setattr(module, name, size)
-    pieced = load_batches_1_and_2(data, tmp_path / "pieces", spark)
+    pieced = load_batches_1_and_2(data, tmp_path / "pieces", spark, steps_beside=False)
     lake = Lake(tmp_path / "pieces" / "lake", spark)
     for table in (FACT_WATCHES, FACT_HOLDINGS, FACT_CASH_BALANCES, DIM_TRADE, FACT_MARKET_HISTORY):
         first_load = next(c for c in lake.history(table) if c.operation != "CREATE TABLE")

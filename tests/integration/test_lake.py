@@ -1410,3 +1410,29 @@ def test_a_write_of_rows_in_order_in_many_chunks_keeps_them_in_order_in_its_file
 
     ((_, files),) = appended_files(lake.path(table), 1, 1)
     assert [r for f in files for r in pq.read_table(f)["id"].to_pylist()] == list(range(1, 31))
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["files", "held"])
+def test_a_read_in_pieces_is_the_filtered_read_cut_into_pieces(tmp_path, held):
+    """`read_in_pieces` gives the rows `read_where` gives, in pieces of at least the size asked for (the last may
+    be smaller), from the files or from a held snapshot; a string condition on files a MERGE wrote (string_view,
+    which a scan cannot compare) is filtered after the read; a missing table gives no piece."""
+    lake = Lake(tmp_path / "lake", resident_bytes=RESIDENT_BYTES if held else 0)
+    table = resident_table("in_pieces")
+    for v, first in enumerate(range(0, 3_000, 1_000), start=1):
+        rows = [row(i, name=f"n{i % 7}") for i in range(first, first + 1_000)]
+        lake.append(table, arrow_rows(table, rows), app_id="T1/x", version=v)
+    if held:
+        for _ in range(3):
+            lake.read_where(table, pc.field("id") == 3, ["id"])
+        assert lake._whole(table, DeltaTable(str(lake.path(table)))) is not None
+    condition = (pc.field("id") >= 250) & (pc.field("id") < 2_950)
+    pieces = list(lake.read_in_pieces(table, ["name", "id"], condition, 1_000))
+    assert len(pieces) > 1 and [p.schema.names for p in pieces] == [["name", "id"]] * len(pieces)
+    assert all(p.num_rows >= 1_000 for p in pieces[:-1]) and pieces[-1].num_rows > 0
+    assert sorted(pa.concat_tables(pieces)["id"].to_pylist()) == list(range(250, 2_950))
+
+    lake.upsert(table, arrow_rows(table, [row(5, name="changed")]), app_id="T1/x", version=4)
+    by_name = list(lake.read_in_pieces(table, ["id"], pc.field("name") == "changed", 10))
+    assert [p["id"].to_pylist() for p in by_name] == [[5]]
+    assert list(lake.read_in_pieces(lake_table("never_made"), ["id"], condition, 10)) == []

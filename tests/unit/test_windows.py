@@ -140,6 +140,40 @@ def test_records_in_any_order_give_the_same_windows():
         assert rows_of((HOURLY, DAILY, SLIDING, SESSIONS), trades([rows[i] for i in order])) == expected
 
 
+def test_records_sliced_in_pieces_give_the_windows_and_slices_of_the_whole():
+    """A first load's read is sliced a piece at a time (`jobs.windows`); a piece may hold any records, in any order,
+    and a slice's records may fall into several pieces."""
+    rows = [
+        ("2017-07-03 09:10", "TC", "b1", 1, 100),
+        ("2017-07-03 09:50", "FN", "b2", 2, 200),
+        ("2017-07-03 09:55", "TC", "b1", 7, 150),  # the same slice as the first, node and level
+        ("2017-07-04 23:59", "TC", "b1", 3, 300),
+        ("2017-07-03 09:10", "TC", "b2", 4, 400),
+        ("2017-07-06 01:00", "FN", "b1", 5, 500),
+        ("2017-07-06 01:40", "ZZ", "b3", 6, 600),  # a node only one piece has
+    ]
+    windows = (HOURLY, DAILY, SLIDING, SESSIONS)
+    levels = [ws.SECTOR, ws.ACCOUNT]
+    span, keeps = (0, t("2100-01-01")), {ws.SECTOR: wslices.us(7 * D)}
+    whole = wslices.results(ws.TRADES, trades(rows), windows, span, ws.TRADE_WINDOWS)
+    slices = wslices.slice_rows(ws.TRADES, trades(rows), keeps, span, t("2017-07-06 02:00"), ws.TRADE_WINDOW_SLICES)
+    # by hand: hourly 5, daily 5, 3-day sliding 4 + 6 + 3, sessions 3 + 1 + 1; hourly sector slices 5
+    assert whole.num_rows == 28 and slices.num_rows == 5
+    draw = random.Random(7)
+    for _ in range(30):
+        order = draw.sample(range(len(rows)), len(rows))
+        cuts = sorted(draw.sample(range(1, len(rows)), draw.randint(1, 3)))
+        pieces = [order[a:b] for a, b in itertools.pairwise([0, *cuts, len(rows)])]
+        merged = None
+        for piece in pieces:
+            merged = wslices.merged(merged, wslices.sliced(ws.TRADES, trades([rows[i] for i in piece]), levels))
+        assert wslices.results_of(ws.TRADES, merged, windows, span, ws.TRADE_WINDOWS).equals(whole)
+        latest = t("2017-07-06 02:00")
+        assert wslices.slice_rows_of(ws.TRADES, merged, keeps, span, latest, ws.TRADE_WINDOW_SLICES).equals(slices)
+    none = wslices.no_slices(ws.TRADES, levels)
+    assert wslices.results_of(ws.TRADES, none, windows, span, ws.TRADE_WINDOWS).num_rows == 0
+
+
 def test_a_late_record_is_reported_and_counts_in_no_window():
     latest = {1: t("2017-07-07 22:00"), 2: t("2017-07-08 21:00")}
     grace = wslices.us(D)
