@@ -56,7 +56,7 @@ def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
         {
             **lineage(fin),
             "co_name_or_cik": fin["co_name_or_cik"],
-            "_ref": company_reference(fin["cik"], fin["company_name"]),
+            "_ref": fin["_ref"] if "_ref" in fin.column_names else company_reference(fin["cik"], fin["company_name"]),
             **{column: fin[field] for field, column in _FIELDS.items()},
         }
     )
@@ -65,8 +65,8 @@ def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
     missing = missing_required(wh.FINANCIAL, rows, FINANCIAL_VALUES)
     reason, detail = first_reason(
         rows.num_rows,
-        (pc.not_equal(missing, ""), MISSING_FIELD, join("FIELDS = ", missing)),
-        (pc.is_null(companyid), UNKNOWN_COMPANY, unknown_company_detail(rows)),
+        (pc.not_equal(missing, ""), MISSING_FIELD, lambda at: join("FIELDS = ", missing.take(at))),
+        (pc.is_null(companyid), UNKNOWN_COMPANY, lambda at: unknown_company_detail(rows.take(at))),
     )
     return rows.append_column("_reason", reason).append_column("_detail", detail)
 

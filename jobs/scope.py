@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from schemas import sources as src
 from schemas.model import Table
 from streamdi.context import JobContext
+from streamdi.delta_appends import appended_files
 from streamdi.lake import CHANGE_COLUMNS
 
 
@@ -78,6 +79,12 @@ class BatchScope:
             return feed.select(columns)  # (no filtered copy: a first load's feed is the size of the table)
         mine = feed.filter(pc.is_in(feed["_commit_version"], value_set=pa.array(versions, pa.int64())))
         return mine.select(columns)
+
+    def inserted_only(self, ctx: JobContext, table: Table) -> bool:
+        """True when every commit of this micro-batch to `table` only added rows (a first load; an append): its
+        change feed holds inserts alone, so a reader that nets updates needs no columns for them."""
+        versions = [c.table_version for c in self.recent_history(ctx, table) if c.txn_version == self.batch_id]
+        return all(appended_files(ctx.lake.path(table), v, v) is not None for v in versions)
 
     def touched(
         self, ctx: JobContext, records: tuple[Table, ...], record_key: str, dimension: Table, dimension_key: str

@@ -73,8 +73,8 @@ def security_changes(sec: pa.Table, status_type: pa.Table, references: pa.Table)
     reason, detail = first_reason(
         rows.num_rows,
         (pc.is_null(rows["status"]), UNKNOWN_STATUS, join("ST_ID = ", sec["status"])),
-        (pc.not_equal(missing, ""), MISSING_FIELD, join("FIELDS = ", missing)),
-        (pc.is_null(companyid), UNKNOWN_COMPANY, unknown_company_detail(rows)),
+        (pc.not_equal(missing, ""), MISSING_FIELD, lambda at: join("FIELDS = ", missing.take(at))),
+        (pc.is_null(companyid), UNKNOWN_COMPANY, lambda at: unknown_company_detail(rows.take(at))),
     )
     return rows.append_column("_reason", reason).append_column("_detail", detail)
 

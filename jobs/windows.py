@@ -78,7 +78,7 @@ log = logging.getLogger(__name__)
 STEP = "AG"
 # records read and sliced at a time: a first load's read spans a year of records (SF 100: ~25 M market rows), whose
 # slices at the windows' levels are far fewer
-PIECE_RECORDS = 2_000_000
+PIECE_RECORDS = 1_000_000
 
 
 def read_latest(ctx: JobContext, source: str) -> dict[int, int]:
@@ -422,10 +422,8 @@ def _recompute(
             slices_of = no_slices(source, levels)
         new = kept(results_of(source, slices_of, windows, span, table), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
-        names = new["window_name"].to_pylist() if sessions and read[0] > earliest else []
-        cut = any(
-            read[0] > lo and any(n == w.name and t < read[0] + us(w.size) for n, t in zip(names, starts, strict=True))
-            for w, lo in sessions
+        cut = any(  # a session starting within its gap of the read's start may reach further back
+            read[0] > lo and (_named(new, w.name) & (starts < read[0] + us(w.size))).any() for w, lo in sessions
         )
         if not cut:
             break
@@ -441,9 +439,15 @@ def kept(rows: pa.Table, windows: tuple[ws.Window, ...], latest: Mapping[int, in
     """The rows of windows that end after their window's horizon."""
     if not latest or rows.num_rows == 0:
         return rows
-    limits = {w.name: horizon(w, latest) for w in windows}
-    limit = pa.array([limits[n] for n in rows["window_name"].to_pylist()], pa.int64())
-    return rows.filter(pc.greater(rows["window_end"].cast(pa.int64()), limit))
+    limit = np.full(rows.num_rows, np.iinfo(np.int64).max)
+    for w in windows:
+        limit[_named(rows, w.name)] = horizon(w, latest)
+    return rows.filter(pc.greater(rows["window_end"].cast(pa.int64()), pa.array(limit)))
+
+
+def _named(rows: pa.Table, name: str) -> np.ndarray:
+    """Which of `rows` are of the window `name` (a first load's window rows are millions: no Python list)."""
+    return np.asarray(pc.equal(rows["window_name"], name), dtype=bool)
 
 
 def _stamp(ts_us: int) -> pa.Scalar:

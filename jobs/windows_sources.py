@@ -51,20 +51,27 @@ class Changes:
     batch: np.ndarray  # its TPC-DI batch
     after: np.ndarray  # True for an after image (the record now), False for a before image
     batches: np.ndarray  # TPC-DI batches of every changed record
-    rows: pa.Table  # every changed record (counting or not): the columns of its message key only
+    # every changed record (counting or not): the columns of its message key only; or how to read them again (a
+    # first load's market feed: SF 100's 42 M symbols, which only a late record's Alert would need)
+    rows: pa.Table | Callable[[], pa.Table]
     counting: np.ndarray  # which of `rows` count (ts, batch and after are theirs, in order)
     key_of: Callable[[pa.Table], pa.Array]  # message keys of rows
 
     @property
     def ident(self) -> pa.Array:
         """Message keys of every changed record."""
-        return self.key_of(self.rows)
+        return self.key_of(self._rows())
 
     def counted(self, which: np.ndarray) -> pa.Array:
         """Message keys of the counting records selected by `which` (parallel to ts); only those rows are copied."""
         chosen = np.zeros(len(self.counting), dtype=bool)
         chosen[np.flatnonzero(self.counting)] = which
-        return self.key_of(self.rows.filter(pa.array(chosen)))
+        if not chosen.any():  # (the usual case: no late record; keys read again only for those asked)
+            return _no_keys(pa.table({}))
+        return self.key_of(self._rows().filter(pa.array(chosen)))
+
+    def _rows(self) -> pa.Table:
+        return self.rows if isinstance(self.rows, pa.Table) else self.rows()
 
     @classmethod
     def none(cls) -> Changes:
@@ -116,8 +123,12 @@ class TradeSource:
     _FEED = ["tradeid", "status", "sk_closedateid", "sk_closetimeid", "batchid", "quantity", "tradeprice"]
     _FEED += ["fee", "commission", "sk_securityid", "sk_accountid"]
 
+    _KEYS = ["tradeid", "status", "sk_closedateid", "sk_closetimeid", "batchid"]  # an insert-only feed's columns
+
     def changes(self, ctx: JobContext, scope: BatchScope) -> Changes | None:
-        net = _net_changes(scope.changed(ctx, self.table, [*self._FEED, "_change_type"]), self._FEED)
+        # the measures only where updates are netted (a first load's feed is the whole table: SF 100's 12.7 M trades)
+        feed = self._KEYS if scope.inserted_only(ctx, self.table) else self._FEED
+        net = _net_changes(scope.changed(ctx, self.table, [*feed, "_change_type"]), feed)
         if net is None:
             return None
         counts = np.asarray(pc.equal(net["status"], "Completed").fill_null(False), dtype=bool)
@@ -209,24 +220,22 @@ class MarketSource:
     table = wh.FACT_MARKET_HISTORY
     _FEED = ["symbol", "sk_dateid", "volume", "dayhigh", "daylow", "batchid"]
 
-    _KEYS = ["symbol", "sk_dateid", "batchid"]  # what an insert-only feed needs (the measures net updates out)
-
     def changes(self, ctx: JobContext, scope: BatchScope) -> Changes | None:
-        # The feed's narrow columns first: a feed of inserts only (a first load's: the whole table, SF 30's 12.7 M
-        # rows) needs no measures; the whole feed is read only when updates or deletes are to be netted.
-        narrow = scope.changed(ctx, self.table, [*self._KEYS, "_change_type"])
-        if narrow is None or narrow.num_rows == 0:
-            return None
-        if pc.all(pc.equal(narrow["_change_type"], "insert")).as_py():
-            net = _net_changes(narrow, self._KEYS)
+        # A feed of inserts only (a first load's: the whole table, SF 100's 42 M rows) is read for its days and
+        # batches alone, and its symbols again only if a message key is asked for (a late record's Alert); the whole
+        # feed only when updates or deletes are to be netted.
+        key = ["symbol", "sk_dateid"]
+        if scope.inserted_only(ctx, self.table):  # the feed's rows as they are: their symbols read again if asked
+            stamps = ["sk_dateid", "batchid"]
+            net = _net_changes(scope.changed(ctx, self.table, [*stamps, "_change_type"]), stamps)
+            keys: pa.Table | Callable[[], pa.Table] = lambda: scope.changed(ctx, self.table, key)  # noqa: E731
         else:
             net = _net_changes(scope.changed(ctx, self.table, [*self._FEED, "_change_type"]), self._FEED)
-        del narrow
+            keys = net.select(key) if net is not None else None
         if net is None:
             return None
         batches = ao.column(net, "batchid").to_numpy(zero_copy_only=False).astype(np.int64)
         every = np.ones(net.num_rows, dtype=bool)
-        keys = net.select(["symbol", "sk_dateid"])
         return Changes(self._ts(net), batches, np.asarray(net["_after"], dtype=bool), batches, keys, every, self._ident)
 
     @staticmethod

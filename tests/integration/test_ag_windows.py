@@ -316,3 +316,12 @@ def test_market_rows_inserted_then_corrected_move_their_week(tmp_path):
     w.commit(3, wh.FACT_MARKET_HISTORY, [market("2017-07-12", 50, 2)], "T4")  # equal: no change, no feed
     assert w.run(3, 2) == {}
     assert week() == corrected
+    # a row of batch 3 from before its watermark (batch 2's latest, 07-12) minus the grace (7 days): late. Its feed
+    # holds inserts only, read for days and batches alone; the symbol of its Alert's key is read again when asked.
+    w.commit(4, wh.FACT_MARKET_HISTORY, [market("2017-07-01", 70, 3)], "T4")
+    assert BatchScope(batch_id=4, source_batches=(3,)).inserted_only(w.ctx, wh.FACT_MARKET_HISTORY)
+    w.run(4, 3)
+    assert week() == corrected
+    assert [a for a in w.alerts() if a[1] == "MarketWindows"] == [
+        (3, "MarketWindows", "Late record past grace", "SYMB=AAA:DATE=20170701")
+    ]

@@ -15,6 +15,10 @@ from schemas.model import Column, Table
 from streamdi.lake import Lake
 
 
+def ctx_of(lake: Lake, *, steps_beside: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(lake=lake, settings=SimpleNamespace(steps_beside=steps_beside))
+
+
 def test_the_declared_steps_run_in_five_waves_with_t1_and_t2_and_then_t3_and_t4_together():
     assert [[s.name for s in wave] for wave in waves(STEPS)] == [["T0"], ["T1", "T2"], ["T3", "T4"], ["AG"], ["DM"]]
 
@@ -42,11 +46,33 @@ def test_steps_of_one_wave_run_at_the_same_time_and_waves_in_order(monkeypatch, 
     fake = tuple(Step(s.name, step(s.name), s.after) for s in STEPS)
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
-    report = transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7)
+    report = transform.run(ctx_of(Lake(tmp_path)), 7)
     assert order[0] == "T0" and sorted(order[1:3]) == ["T1", "T2"]
     assert sorted(order[3:5]) == ["T3", "T4"] and order[5:] == ["AG", "DM"]
     assert report.rows == {"T0": 1, "T1": 1, "T2": 1, "T3": 1, "T4": 1, "AG": 1, "DM": 1}
     assert list(report.seconds) == ["T0", "T1", "T2", "T3", "T4", "AG", "DM"]
+
+
+def test_with_steps_beside_off_the_steps_run_one_at_a_time_in_declared_order(monkeypatch, tmp_path):
+    """`STREAMDI_STEPS_BESIDE=false` (a first load under a memory cap): no two steps overlap."""
+    running, overlaps, order = [0], [], []
+
+    def step(name: str):
+        def run(_ctx, _scope):
+            running[0] += 1
+            overlaps.append(running[0])
+            time.sleep(0.02)
+            order.append(name)
+            running[0] -= 1
+            return {name: 1}
+
+        return run
+
+    monkeypatch.setattr(transform, "STEPS", tuple(Step(s.name, step(s.name), s.after) for s in STEPS))
+    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
+    report = transform.run(ctx_of(Lake(tmp_path), steps_beside=False), 7)
+    assert order == ["T0", "T1", "T2", "T3", "T4", "AG", "DM"] and overlaps == [1] * 7
+    assert report.rows == {name: 1 for name in order}
 
 
 def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch, tmp_path):
@@ -62,7 +88,7 @@ def test_a_failing_step_fails_the_run_after_its_wave(monkeypatch, tmp_path):
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     with pytest.raises(RuntimeError, match="T1 broke"):
-        transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7)
+        transform.run(ctx_of(Lake(tmp_path)), 7)
     assert ran == ["T0", "T2"]  # T2 (same wave) finished; T3, T4, AG and DM never started
 
 
@@ -113,7 +139,7 @@ def test_a_steps_checks_run_beside_the_next_wave_whose_commits_wait_for_them_and
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     monkeypatch.setattr(validate, "validate_step", checks)
-    report = transform.run(SimpleNamespace(lake=lake), 7)
+    report = transform.run(ctx_of(lake), 7)
     assert report.halts == ["warehouse.dimcustomer: check one_current_version_per_customer failed"]
     assert sorted(started) == ["T0", "T1", "T2", "T3", "T4"]
     assert not lake.exists(target)  # T3's commit (the table's creation included) was refused
@@ -153,7 +179,7 @@ def test_a_step_is_reported_committed_as_soon_as_it_returns_before_its_checks_an
     monkeypatch.setattr(transform, "STEPS", fake)
     monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
     monkeypatch.setattr(validate, "validate_step", checks)
-    report = transform.run(SimpleNamespace(lake=Lake(tmp_path)), 7, on_committed=on_committed)
+    report = transform.run(ctx_of(Lake(tmp_path)), 7, on_committed=on_committed)
     assert report.halts == ["warehouse.dimtrade: check one_row_per_trade failed"]
     assert reported[0] == "T0" and sorted(reported[1:3]) == ["T1", "T2"]
     # AG (which commits nothing here; a commit would wait for T3's checks and be refused) ran; DM never started
