@@ -413,13 +413,12 @@ def _recompute(
     earliest = min([read[0], *(lo for _, lo in sessions)])
     levels = {lv for w in windows for lv in w.levels} | set(keeps)
     while True:
-        slices_of = None  # the on-time records' slices, a piece of the read at a time (a first load: years of them)
+        parts = []  # the on-time records' slices, a piece of the read at a time (a first load: a year of them)
         for records in src.read_pieces(ctx, read, PIECE_RECORDS):
             late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
             on_time = records.filter(~late) if late.any() else records  # (no copy of a read without late records)
-            slices_of = merged(slices_of, sliced(source, on_time, levels))
-        if slices_of is None:
-            slices_of = no_slices(source, levels)
+            parts.append(sliced(source, on_time, levels))
+        slices_of = merged(parts) if parts else no_slices(source, levels)
         new = kept(results_of(source, slices_of, windows, span, table), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         cut = any(  # a session starting within its gap of the read's start may reach further back

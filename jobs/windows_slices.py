@@ -11,7 +11,7 @@ first and last event time), the slices into aligned blocks (`jobs.slicing.build_
 mechanism), and every sliding window of every declaration is combined from the blocks that cover it
 (`window_rows`); a tumbling window is its slices regrouped (`tumbling_rows`); sessions fuse consecutive slices of a
 node whose records are less than the gap apart (`session_rows`). Adding a window adds its combinations, not another
-pass over the records (bench/windows.py). Slices of two sets of records combine into the slices of both (`merged`),
+pass over the records (bench/windows.py). Slices of several sets of records combine into the slices of all (`merged`),
 so a long read is sliced a piece at a time (`sliced`), and the windows are answered from the slices (`results_of`).
 """
 
@@ -190,24 +190,23 @@ def no_slices(source: str, levels: Iterable[str]) -> Sliced:
     return {level: (pa.array([], pa.large_string()), none) for level in sorted(set(levels))}
 
 
-def merged(a: Sliced | None, b: Sliced) -> Sliced:
-    """The slices of the records of `a` and `b` together (two pieces of one read, no record in both): each level's
-    nodes united and the partials of a slice in both combined -- sums, extremes and times are associative, so a
-    read taken a piece at a time gives the slices of the whole read."""
-    if a is None:
-        return b
+def merged(parts: list[Sliced]) -> Sliced:
+    """The slices of the records of every part together (pieces of one read, no record in two): each level's nodes
+    united and the partials of a slice in several parts combined -- sums, extremes and times are associative, so a
+    read taken a piece at a time gives the slices of the whole read. Combined once, at the end."""
+    if len(parts) == 1:
+        return parts[0]
     out: Sliced = {}
-    for level, (nodes_b, slices_b) in b.items():
-        nodes_a, slices_a = a[level]
-        nodes = pc.unique(pa.concat_arrays([nodes_a, nodes_b]))
+    for level, (_, first) in parts[0].items():
+        nodes = pc.unique(pa.concat_arrays([p[level][0] for p in parts]))
         nodes = nodes.take(pc.sort_indices(nodes))
         keys = []
-        for part_nodes, part in ((nodes_a, slices_a), (nodes_b, slices_b)):
+        for part_nodes, part in (p[level] for p in parts):
             codes, _, s = slicing.key_parts(part.keys)
             recode = pc.index_in(part_nodes, value_set=nodes).to_numpy(zero_copy_only=False).astype(np.int64)
             keys.append(slicing.block_keys(recode[codes], 0, s))
-        values = {n: np.concatenate([slices_a.values[n], slices_b.values[n]]) for n in slices_b.ops}
-        out[level] = (nodes, slicing.Partials.of(np.concatenate(keys), values, slices_b.ops))
+        values = {n: np.concatenate([p[level][1].values[n] for p in parts]) for n in first.ops}
+        out[level] = (nodes, slicing.Partials.of(np.concatenate(keys), values, first.ops))
     return out
 
 

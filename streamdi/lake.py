@@ -392,11 +392,14 @@ class Lake:
         """`read()` of `delta`'s files; for a resident table its time counts towards holding it (`_whole`)."""
         started = time.perf_counter()
         rows = read()
-        key = self._resident_key(table, delta)
-        if key is not None:
-            seconds = time.perf_counter() - started
-            self._disk_seconds.put(key[:2], (self._disk_seconds.get(key[:2]) or 0.0) + seconds)
+        self._paid(self._resident_key(table, delta), time.perf_counter() - started)
         return rows
+
+    def _paid(self, key: tuple[Path, str, int] | None, seconds: float) -> None:
+        """Count `seconds` of reading a resident table's files (`_resident_key`; None: not resident) towards
+        holding it (`_whole`)."""
+        if key is not None:
+            self._disk_seconds.put(key[:2], (self._disk_seconds.get(key[:2]) or 0.0) + seconds)
 
     def _resident_key(self, table: Table, delta: DeltaTable) -> tuple[Path, str, int] | None:
         """(path, table id, version) of a resident table while resident tables may be held, else None: one
@@ -466,9 +469,7 @@ class Lake:
                 pending, count, started = [], 0, time.perf_counter()
             pending.append(batch)
             count += batch.num_rows
-        spent += time.perf_counter() - started
-        if key is not None:  # the scan's time counts towards holding the table, as `_from_files` counts it
-            self._disk_seconds.put(key[:2], (self._disk_seconds.get(key[:2]) or 0.0) + spent)
+        self._paid(key, spent + time.perf_counter() - started)  # the scan's time, as `_from_files` counts it
         if count:
             yield pa.Table.from_batches(pending).select(columns).cast(wanted)
 

@@ -164,9 +164,7 @@ def test_records_sliced_in_pieces_give_the_windows_and_slices_of_the_whole():
         order = draw.sample(range(len(rows)), len(rows))
         cuts = sorted(draw.sample(range(1, len(rows)), draw.randint(1, 3)))
         pieces = [order[a:b] for a, b in itertools.pairwise([0, *cuts, len(rows)])]
-        merged = None
-        for piece in pieces:
-            merged = wslices.merged(merged, wslices.sliced(ws.TRADES, trades([rows[i] for i in piece]), levels))
+        merged = wslices.merged([wslices.sliced(ws.TRADES, trades([rows[i] for i in p]), levels) for p in pieces])
         assert wslices.results_of(ws.TRADES, merged, windows, span, ws.TRADE_WINDOWS).equals(whole)
         latest = t("2017-07-06 02:00")
         assert wslices.slice_rows_of(ws.TRADES, merged, keeps, span, latest, ws.TRADE_WINDOW_SLICES).equals(slices)
