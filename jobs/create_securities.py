@@ -33,12 +33,16 @@ committed for this micro-batch is skipped, so a rerun changes nothing.
 The work runs on Arrow tables in the driver, with no Spark job, like T2 and T3: FINWIRE holds companies, securities
 and quarterly results (SF 10: ~575,000 FIN records, the largest kind), and Spark's fixed cost per query and action
 (planning, `localCheckpoint`s of the intermediate results, collecting them) made T1 Batch1's longest step at SF 3
-(11-13 s of the ~45 s process; the Arrow way takes about a second).
+(11-13 s of the ~45 s process; the Arrow way takes about a second). The FIN records are read and built into
+Financial's rows a piece at a time (`PIECE_RECORDS`, `BatchScope.staged_pieces`), each piece reduced to its alerts
+and its loadable rows before the next is read: a first load at SF 100 stages 5.77 M of them, whose columns and
+company resolution held at once made T1 the largest step of the load's memory.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,8 +57,15 @@ from jobs.companies import (
     company_versions,
     references_to,
 )
-from jobs.financials import financial_alerts, financial_records, financial_rows
-from jobs.finwire_records import SOURCE_OF, STRING, latest_delivery, withdrawn_alerts
+from jobs.financials import STAGED_COLUMNS, financial_alerts, financial_records, financial_rows, loadable_records
+from jobs.finwire_records import (
+    SOURCE_OF,
+    STRING,
+    latest_delivery,
+    redelivered,
+    withdrawn_alerts,
+    without_redelivered,
+)
 from jobs.landing import FINWIRE as FINWIRE_SOURCE
 from jobs.landing import nondelimited_source_for_file, source_for_file
 from jobs.messages import ALERT_COLUMNS, dated_messages
@@ -71,6 +82,7 @@ log = logging.getLogger(__name__)
 
 STEP = "T1"
 CMP, SEC, FIN = FINWIRE_TABLES["CMP"], FINWIRE_TABLES["SEC"], FINWIRE_TABLES["FIN"]
+PIECE_RECORDS = 1_000_000  # FIN records built into Financial rows at a time (a first load's at SF 100: 5.77 M)
 
 
 def arrived_sources(files: list[str]) -> set[str]:
@@ -108,6 +120,33 @@ def _staged(ctx: JobContext, scope: BatchScope, table: Table, *, in_order: bool 
 
 def _with_reference(staged: pa.Table) -> pa.Table:
     return staged.append_column("_ref", company_reference(staged["cik"], staged["company_name"]))
+
+
+_LINE = ["source_file", "line_no", "batch_id"]  # a staged line's delivery
+
+
+def _fin_pieces(ctx: JobContext, scope: BatchScope, stale: pa.Table, columns: list[str]) -> Iterator[pa.Table]:
+    """The FIN records `_staged` would read, as staged, in consecutive pieces of `PIECE_RECORDS`: their `columns`
+    (with a line's delivery, `_LINE`) and `_ref`, without the lines a later micro-batch delivered again (`stale`,
+    `redelivered`); one empty piece when there are none."""
+    found = False
+    for piece in scope.staged_pieces(ctx, FIN, columns, PIECE_RECORDS):
+        found = True
+        yield _with_reference(without_redelivered(piece, stale))
+    if not found:
+        yield _with_reference(FIN.arrow_schema().empty_table().select(columns))
+
+
+def _alerted(records: pa.Table, table: Table, alerted: pa.Array) -> pa.Table:
+    """The examined keys (`withdrawn_alerts`) of the `records` of `table` whose `_rec` an existing alert names."""
+    rows = records.filter(pc.is_in(records["_rec"].cast(STRING), value_set=alerted))
+    return pa.table(
+        {
+            "batchid": rows["_batch"].cast(pa.int32()),
+            "messagesource": pa.array([SOURCE_OF[table.name]] * rows.num_rows, STRING),
+            "messagekey": rows["_rec"].cast(STRING),
+        }
+    )
 
 
 def _of(rows: pa.Table, column: str, keys: pa.Array | None) -> pa.Table:
@@ -159,48 +198,47 @@ def _run(ctx: JobContext, scope: BatchScope, everything: bool) -> dict[str, int]
     current_securities = ctx.lake.read_if_exists(wh.DIM_SECURITY, ["sk_securityid", "symbol"])
     security_deletes = _stale(current_securities, securities, wh.DIM_SECURITY, "symbol", symbols)
 
-    # Financial: the companies a FIN record may have moved to or from (see the module docstring)
-    # FIN records in the staged order: Financial's rows are ordered by their own key (`financial_rows`), and a
-    # first load's records are not copied into file order
-    fin_all = _with_reference(_staged(ctx, scope, FIN, in_order=False))
-    fin_examined = fin_all
+    # DImessages: the alerts of every examined record replace the ones it raised before; only the records an
+    # existing alert names can have one to withdraw (a first load: none)
+    existing = ctx.lake.read_if_exists(wh.DI_MESSAGES, [*wh.DI_MESSAGES.key, "messagetext"])
+    alerted = pc.unique(existing["messagekey"].combine_chunks()).cast(STRING)
+
+    # Financial: the companies a FIN record may have moved to or from (see the module docstring). The FIN records
+    # are read and built a piece at a time, in the staged order (SF 100's first load: 5.77 M), each piece reduced
+    # to its alerts and its loadable rows before the next; Financial's rows are ordered by their own key.
     current_fin = ctx.lake.read_if_exists(wh.FINANCIAL, list(wh.FINANCIAL.key))
-    fin_ciks = None
+    stale = redelivered(scope.staged_where(ctx, FIN, pc.scalar(True), _LINE))
+    fin_ciks, examined = None, None
     if touched is not None:
-        moved = fin_all.filter(
-            pc.or_(pc.is_in(fin_all["_ref"], value_set=references_to(cmp_all, touched)), this_batch(fin_all))
-        )
-        reached = companies_reached(references, pc.unique(moved["_ref"].combine_chunks()))
+        to_touched = references_to(cmp_all, touched)
+        moved = [
+            piece["_ref"].filter(pc.or_(pc.is_in(piece["_ref"], value_set=to_touched), this_batch(piece)))
+            for piece in _fin_pieces(ctx, scope, stale, ["cik", "company_name", *_LINE])
+        ]
+        reached = companies_reached(references, pc.unique(pa.chunked_array(moved).combine_chunks()))
         fin_ciks = pc.unique(pa.concat_arrays([touched, reached.cast(pa.int64())]))
-        hit = pc.is_in(fin_all["_ref"], value_set=references_to(cmp_all, fin_ciks))
-        fin_examined = fin_all.filter(pc.or_(hit, this_batch(fin_all)))
+        examined = references_to(cmp_all, fin_ciks)
         current_fin = current_fin.filter(pc.is_in(company_of_key(current_fin["sk_companyid"]), value_set=fin_ciks))
-    fin_records = financial_records(fin_examined, references)
-    del fin_all, fin_examined  # the staged columns Financial does not take (SF 100: 5.77 M records)
-    financials = financial_rows(_of(fin_records, "_companyid", fin_ciks))
+    fin_alerts, fin_alerted, loadable = [], [], []
+    for piece in _fin_pieces(ctx, scope, stale, list(STAGED_COLUMNS)):
+        if examined is not None:
+            piece = piece.filter(pc.or_(pc.is_in(piece["_ref"], value_set=examined), this_batch(piece)))
+        records = financial_records(piece, references)
+        del piece
+        fin_alerts.append(financial_alerts(records))
+        fin_alerted.append(_alerted(records, wh.FINANCIAL, alerted))
+        loadable.append(loadable_records(_of(records, "_companyid", fin_ciks)))
+        del records
+    financials = financial_rows(pa.concat_tables(loadable))
+    del loadable
     fin_key = list(wh.FINANCIAL.key)
     financial_deletes = (
         current_fin.select(fin_key).join(financials.select(fin_key), fin_key, join_type="left anti").select(fin_key)
     )
 
-    # DImessages: the alerts of every examined record replace the ones it raised before
-    raised = pa.concat_tables(
-        [company_alerts(changes, versions), security_alerts(sec_changes), financial_alerts(fin_records)]
-    )
-    existing = ctx.lake.read_if_exists(wh.DI_MESSAGES, [*wh.DI_MESSAGES.key, "messagetext"])
-    alerted = pc.unique(existing["messagekey"].combine_chunks()).cast(STRING)
-    examined_keys = pa.concat_tables(  # only the records an alert names can have one to withdraw (a first load: none)
-        [
-            pa.table(
-                {
-                    "batchid": rows["_batch"].cast(pa.int32()),
-                    "messagesource": pa.array([SOURCE_OF[table.name]] * rows.num_rows, STRING),
-                    "messagekey": rows["_rec"].cast(STRING),
-                }
-            )
-            for every, table in ((changes, wh.DIM_COMPANY), (sec_changes, wh.DIM_SECURITY), (fin_records, wh.FINANCIAL))
-            for rows in [every.filter(pc.is_in(every["_rec"].cast(STRING), value_set=alerted))]
-        ]
+    raised = pa.concat_tables([company_alerts(changes, versions), security_alerts(sec_changes), *fin_alerts])
+    examined_keys = pa.concat_tables(
+        [_alerted(changes, wh.DIM_COMPANY, alerted), _alerted(sec_changes, wh.DIM_SECURITY, alerted), *fin_alerted]
     )
     withdrawn = withdrawn_alerts(existing, examined_keys, raised)
 

@@ -48,6 +48,10 @@ _FIELDS = {
     "diluted_sh_out": "fi_out_dilut",
 }
 
+# The staged FIN columns `financial_records` reads (not the record type or the posting date)
+STAGED_COLUMNS = ("pts", "source_batch", "source_file", "line_no", "batch_id", "co_name_or_cik", "cik", "company_name")
+STAGED_COLUMNS += tuple(_FIELDS)
+
 
 def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
     """One record per FIN record: the Financial values, `_companyid`/`sk_companyid` of the company version
@@ -71,14 +75,25 @@ def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:
     return rows.append_column("_reason", reason).append_column("_detail", detail)
 
 
-def financial_rows(records: pa.Table) -> pa.Table:
-    """Financial rows of the loadable records: per (CIK, year, quarter) the last record in declared order."""
-    group = ["_companyid", "fi_year", "fi_qtr"]
+_GROUP = ("_companyid", "fi_year", "fi_qtr")
+
+
+def loadable_records(records: pa.Table) -> pa.Table:
+    """The records (`financial_records`) that can be loaded, with only what `financial_rows` takes of them: a first
+    load's pieces of records are reduced to this before the next piece is built."""
+    return records.filter(pc.is_null(records["_reason"])).select(
+        list(dict.fromkeys([*wh.FINANCIAL.column_names, *_GROUP, *ORDER]))
+    )
+
+
+def financial_rows(loadable: pa.Table) -> pa.Table:
+    """Financial rows of the loadable records (`loadable_records`): per (CIK, year, quarter) the last record in
+    declared order, in the order of that key."""
+    group = list(_GROUP)
     # ranked by the key columns alone; only the rows kept are taken, and only Financial's columns of them
-    loadable = with_row_numbers(records.select([*group, *ORDER])).filter(pc.is_null(records["_reason"]))
-    ranked = sort(loadable, [*group, *ORDER])
+    ranked = sort(with_row_numbers(loadable.select([*group, *ORDER])), [*group, *ORDER])
     kept = ranked[ROW].filter(pa.array(~same_as_next(ranked, group), pa.bool_()))
-    return records.select(list(wh.FINANCIAL.column_names)).take(kept)
+    return loadable.select(list(wh.FINANCIAL.column_names)).take(kept)
 
 
 def financial_alerts(records: pa.Table) -> pa.Table:

@@ -58,6 +58,26 @@ def latest_delivery(staged: pa.Table, *, in_order: bool = True) -> pa.Table:
     return staged if is_every_row(kept, staged.num_rows) else staged.take(kept)
 
 
+def redelivered(delivered: pa.Table) -> pa.Table:
+    """(`source_file`, `line_no`, `batch_id`) of the staged lines (`delivered`, with those columns) that a later
+    micro-batch delivered again, so `latest_delivery` leaves them out; empty when every line came once."""
+    keys = ["source_file", "line_no"]
+    ordered = sort(delivered.select([*keys, "batch_id"]), [*keys, "batch_id"])
+    return ordered.filter(pa.array(same_as_next(ordered, keys), pa.bool_()))
+
+
+def without_redelivered(staged: pa.Table, stale: pa.Table) -> pa.Table:
+    """`staged` without the lines `stale` (`redelivered`) names, in the staged order: `latest_delivery` of a piece of
+    the staged records, given what the whole of them redelivered."""
+    if not stale.num_rows:
+        return staged
+    on = list(stale.column_names)
+    numbered = with_row_numbers(staged.select(on))
+    kept = numbered.join(stale.cast(numbered.select(on).schema), on, join_type="left anti")[ROW].combine_chunks()
+    kept = pc.take(kept, pc.array_sort_indices(kept))
+    return staged if is_every_row(kept, staged.num_rows) else staged.take(kept)
+
+
 def lineage(records: pa.Table) -> dict[str, pa.Array]:
     """The lineage columns every change record carries: `_ts` (PTS), `_pdate` (its UTC day), `_batch` (TPC-DI
     batch), `source_file`, `line_no`, `batch_id` (micro-batch) and `_rec`, the record's identity `<file>:<line>`

@@ -17,7 +17,7 @@ waiting records up then.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -111,10 +111,19 @@ class BatchScope:
         if not ctx.lake.exists(table):
             schema = table.arrow_schema()
             return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table()
+        return ctx.lake.read_where(table, condition & self._upto(), columns)
+
+    def _upto(self) -> pc.Expression:
+        """The staged rows of every micro-batch up to this one, except the skipped ones."""
         upto = pc.field("batch_id") <= self.batch_id
         if self.skipped:
             upto = upto & ~pc.field("batch_id").isin(pa.array(sorted(self.skipped), pa.int64()))
-        return ctx.lake.read_where(table, condition & upto, columns)
+        return upto
+
+    def staged_pieces(self, ctx: JobContext, table: Table, columns: list[str], rows: int) -> Iterator[pa.Table]:
+        """`staged_where(ctx, table, True, columns)` read as consecutive pieces of at least `rows` rows
+        (`Lake.read_in_pieces`), in the same order; nothing when the table does not exist yet."""
+        yield from ctx.lake.read_in_pieces(table, columns, self._upto(), rows)
 
     def recent_history(self, ctx: JobContext, table: Table) -> list:
         """`Lake.recent_history` of `table` for this micro-batch (its commits are among them); [] if no table."""

@@ -291,10 +291,10 @@ def _context(spark, tmp_path) -> JobContext:
     return ctx
 
 
-def _stage(ctx: JobContext, batch_id: int, files: list[str]) -> BatchScope:
-    """Stage the scenario's records of `files` as micro-batch `batch_id`; its scope (with the reference files
-    when it is the first micro-batch)."""
-    for code, rows in (("CMP", CMP_ROWS), ("SEC", SEC_ROWS), ("FIN", FIN_ROWS)):
+def _stage(ctx: JobContext, batch_id: int, files: list[str], fin_rows: list[dict] = FIN_ROWS) -> BatchScope:
+    """Stage the scenario's records of `files` (its FIN records `fin_rows`) as micro-batch `batch_id`; its scope
+    (with the reference files when it is the first micro-batch)."""
+    for code, rows in (("CMP", CMP_ROWS), ("SEC", SEC_ROWS), ("FIN", fin_rows)):
         table = FINWIRE_TABLES[code]
         mine = [{**r, "batch_id": batch_id} for r in rows if r["source_file"] in files]
         ctx.lake.append(table, pa.Table.from_pylist(mine, schema=table.arrow_schema()), app_id="test", version=batch_id)
@@ -405,6 +405,28 @@ def test_later_quarter_first_over_two_micro_batches_gives_same_tables(spark, tmp
     assert set(second) == {"dimcompany", "dimsecurity", "financial", "dimessages"}
     # the earlier quarter completes every history and withdraws the alert of the filing it resolves
     assert _tables(ctx) == _tables(loaded[0])
+
+
+def test_fin_records_one_at_a_time_and_a_file_delivered_again(spark, tmp_path, monkeypatch, loaded):
+    """FIN records read and built in pieces of one record give the tables of one piece; a file delivered again
+    in a later micro-batch replaces its earlier lines, read in pieces too."""
+    monkeypatch.setattr(create_securities, "PIECE_RECORDS", 1)
+    ctx = _context(spark, tmp_path)
+    create_securities.run(ctx, _stage(ctx, 1, [Q2]))
+    create_securities.run(ctx, _stage(ctx, 2, [Q1]))
+    assert _tables(ctx) == _tables(loaded[0])
+    # Q2 again, with Acme's filing for 1967 Q1 by name (line 6) revised: it replaces the first delivery's
+    revised = [
+        {**r, "revenue": Decimal("111.00")} if (r["source_file"], r["line_no"]) == (Q2, 6) else r for r in FIN_ROWS
+    ]
+    written = create_securities.run(ctx, _stage(ctx, 3, [Q2], revised))
+    assert written["financial"] == 3
+    assert sorted(_rows(ctx, wh.FINANCIAL), key=lambda r: (r["sk_companyid"], r["fi_year"])) == [
+        financial(sk(1, D(1967, 1, 5)), 1966, 4, "90.00"),
+        financial(sk(1, D(1967, 4, 10)), 1967, 1, "111.00"),
+        financial(sk(2, D(1967, 5, 20)), 1967, 1, "300.00"),
+    ]
+    assert _rows(ctx, wh.DI_MESSAGES) == _rows(loaded[0], wh.DI_MESSAGES)
 
 
 def test_unit_company_key_inverse_and_arrived_sources():
