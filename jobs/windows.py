@@ -58,6 +58,7 @@ from jobs.windows_routing import rerouted, rerouted_spans
 from jobs.windows_slices import (
     ALIGN_US,
     US_PER_DAY,
+    Sliced,
     merged,
     no_slices,
     results_of,
@@ -122,7 +123,11 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     days = rerouted(ctx, scope)
     marks, deletes, ends, ended = [], [], [], []
     # the sources' windows beside each other (`jobs.beside`), taken in the sources' order
-    done_by_source = run_beside(scope, [functools.partial(run_source, ctx, scope, src, days) for src in sources])
+    done_by_source = run_beside(
+        scope,
+        [functools.partial(run_source, ctx, scope, src, days) for src in sources],
+        beside=ctx.settings.steps_beside,
+    )
     for src, done in zip(sources, done_by_source, strict=True):
         if done is not None:
             rows, latest, gone, before = done
@@ -413,12 +418,7 @@ def _recompute(
     earliest = min([read[0], *(lo for _, lo in sessions)])
     levels = {lv for w in windows for lv in w.levels} | set(keeps)
     while True:
-        parts = []  # the on-time records' slices, a piece of the read at a time (a first load: a year of them)
-        for records in src.read_pieces(ctx, read, PIECE_RECORDS):
-            late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[source]))
-            on_time = records.filter(~late) if late.any() else records  # (no copy of a read without late records)
-            parts.append(sliced(source, on_time, levels))
-        slices_of = merged(parts) if parts else no_slices(source, levels)
+        slices_of = _sliced_read(ctx, src, read, latest, levels)
         new = kept(results_of(source, slices_of, windows, span, table), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         cut = any(  # a session starting within its gap of the read's start may reach further back
@@ -432,6 +432,17 @@ def _recompute(
         return rows, gone, stored_slices, stored_slices.select(list(slice_table.key))
     new_slices = slice_rows_of(source, slices_of, keeps, span, _latest(latest), slice_table)
     return rows, gone, *ao.changes_against(new_slices, stored_slices, slice_table.key)
+
+
+def _sliced_read(ctx: JobContext, src, read: tuple[int, int], latest: Mapping[int, int], levels: set[str]) -> Sliced:
+    """The slices at `levels` of the on-time records of the span `read`, read and sliced a piece at a time (a first
+    load: a year of records); nothing of the pieces is held once they are merged."""
+    parts = []
+    for records in src.read_pieces(ctx, read, PIECE_RECORDS):
+        late = late_mask(records.ts, records.batch, latest, us(ws.GRACE[src.name]))
+        on_time = records.filter(~late) if late.any() else records  # (no copy of a read without late records)
+        parts.append(sliced(src.name, on_time, levels))
+    return merged(parts) if parts else no_slices(src.name, levels)
 
 
 def kept(rows: pa.Table, windows: tuple[ws.Window, ...], latest: Mapping[int, int]) -> pa.Table:
