@@ -28,11 +28,13 @@ HISTORICAL_BATCH = 1  # the TPC-DI batch of the historical load
 THREADS = 2
 
 
-def run_beside(scope: BatchScope, parts: Sequence[Callable[[], T]]) -> list[T]:
+def run_beside(scope: BatchScope, parts: Sequence[Callable[[], T]], *, beside: bool = True) -> list[T]:
     """Each part's result, in the order of `parts`: the first runs in the calling thread while the others run in
-    the pool, in an incremental micro-batch; one after the other in one carrying TPC-DI Batch1. When a part fails,
-    the others are waited for (none still commits once the step has failed) and the first failure is raised."""
-    if len(parts) < 2 or HISTORICAL_BATCH in scope.source_batches:
+    the pool, in an incremental micro-batch; one after the other in one carrying TPC-DI Batch1, or without `beside`
+    (`Settings.steps_beside` off: a load under a memory cap, where two MERGEs into large tables at once, SF 100's
+    market slices and FactWatches, took 4.6 GiB). When a part fails, the others are waited for (none still commits
+    once the step has failed) and the first failure is raised."""
+    if len(parts) < 2 or not beside or HISTORICAL_BATCH in scope.source_batches:
         return [part() for part in parts]
     pool = kept_pool("step-parts", THREADS)
     others = [pool.submit(part) for part in parts[1:]]

@@ -89,7 +89,7 @@ def trades_and_holdings(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         scope.finished(wh.DIM_TRADE)
         return _added(rows, holdings.run(ctx, scope))
 
-    return _added(*run_beside(scope, [trades, lambda: cash_balances.run(ctx, scope)]))
+    return _added(*run_beside(scope, [trades, lambda: cash_balances.run(ctx, scope)], beside=ctx.settings.steps_beside))
 
 
 def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
@@ -101,7 +101,9 @@ def market_and_watches(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
         scope.finished(wh.FACT_WATCHES)
         return rows
 
-    return _added(*run_beside(scope, [lambda: market_history.run(ctx, scope), watched]))
+    return _added(
+        *run_beside(scope, [lambda: market_history.run(ctx, scope), watched], beside=ctx.settings.steps_beside)
+    )
 
 
 def _added(*parts: dict[str, int]) -> dict[str, int]:

@@ -157,9 +157,10 @@ class Settings(BaseSettings):
     steps_beside: bool = Field(
         default=True,
         description="Run the transform steps that do not depend on each other side by side (T1 beside T2, T3 beside "
-        "T4) and a step's warehouse suites beside the next steps. false: one step at a time, each after the suites of "
-        "the one before, so that a first load holds one step's tables at a time (with STREAMDI_RESIDENT_MB=0 and "
-        "STREAMDI_MIGRATE_BESIDE_TRANSFORM=false, how a large first load keeps within a memory cap).",
+        "T4), the independent parts of a step side by side in an incremental micro-batch, and a step's warehouse "
+        "suites beside the next steps. false: one step and one part at a time, each step after the suites of the one "
+        "before, so that a load holds one step's tables at a time (with STREAMDI_RESIDENT_MB=0 and "
+        "STREAMDI_MIGRATE_BESIDE_TRANSFORM=false, how a large load keeps within a memory cap).",
     )
     gx_server: bool = Field(
         default=True,

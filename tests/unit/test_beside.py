@@ -1,5 +1,6 @@
 """`jobs.beside.run_beside`: a step's parts beside each other in an incremental micro-batch, one after the other in
-one that carries TPC-DI Batch1; results in the order given, failures raised once every part has ended."""
+one that carries TPC-DI Batch1 or when told not to (`Settings.steps_beside`); results in the order given, failures
+raised once every part has ended."""
 
 from __future__ import annotations
 
@@ -32,8 +33,12 @@ def test_the_parts_of_an_incremental_micro_batch_run_at_the_same_time_and_keep_t
     assert any(name.startswith("step-parts") for name in threads)
 
 
-@pytest.mark.parametrize("scope", [HISTORICAL, BatchScope(batch_id=2, source_batches=(1, 2))], ids=["batch1", "mixed"])
-def test_the_parts_of_a_micro_batch_of_the_historical_load_run_one_after_the_other(scope):
+@pytest.mark.parametrize(
+    ("scope", "beside"),
+    [(HISTORICAL, True), (BatchScope(batch_id=2, source_batches=(1, 2)), True), (INCREMENTAL, False)],
+    ids=["batch1", "mixed", "incremental-not-beside"],
+)
+def test_the_parts_of_the_historical_load_or_not_beside_run_one_after_the_other(scope, beside):
     order: list[tuple[str, str]] = []
 
     def part(value: str):
@@ -43,7 +48,7 @@ def test_the_parts_of_a_micro_batch_of_the_historical_load_run_one_after_the_oth
 
         return run
 
-    assert run_beside(scope, [part("a"), part("b"), part("c")]) == ["a", "b", "c"]
+    assert run_beside(scope, [part("a"), part("b"), part("c")], beside=beside) == ["a", "b", "c"]
     me = threading.current_thread().name
     assert order == [("a", me), ("b", me), ("c", me)]
 
