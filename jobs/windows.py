@@ -419,7 +419,7 @@ def _recompute(
     levels = {lv for w in windows for lv in w.levels} | set(keeps)
     while True:
         slices_of = _sliced_read(ctx, src, read, latest, levels)
-        new = kept(results_of(source, slices_of, windows, span, table), windows, latest)
+        new = kept(results_of(source, slices_of, windows, span, table, keep=keeps), windows, latest)
         starts = new["window_start"].cast(pa.int64()).to_numpy(zero_copy_only=False)
         cut = any(  # a session starting within its gap of the read's start may reach further back
             read[0] > lo and (_named(new, w.name) & (starts < read[0] + us(w.size))).any() for w, lo in sessions
@@ -452,7 +452,8 @@ def kept(rows: pa.Table, windows: tuple[ws.Window, ...], latest: Mapping[int, in
     limit = np.full(rows.num_rows, np.iinfo(np.int64).max)
     for w in windows:
         limit[_named(rows, w.name)] = horizon(w, latest)
-    return rows.filter(pc.greater(rows["window_end"].cast(pa.int64()), pa.array(limit)))
+    keep = np.asarray(rows["window_end"].cast(pa.int64()).to_numpy(zero_copy_only=False) > limit)
+    return rows if keep.all() else rows.filter(pa.array(keep))  # (no copy when every row is kept: a first load)
 
 
 def _named(rows: pa.Table, name: str) -> np.ndarray:

@@ -225,32 +225,61 @@ def results(
 
 
 def results_of(
-    source: str, slices_of: Sliced, windows: tuple[ws.Window, ...], span: tuple[int, int], table: Table
+    source: str,
+    slices_of: Sliced,
+    windows: tuple[ws.Window, ...],
+    span: tuple[int, int],
+    table: Table,
+    *,
+    keep: Iterable[str] | None = None,
 ) -> pa.Table:
-    """`results` from the records' slices (`sliced`, at least at the windows' levels)."""
-    parts = []
+    """`results` from the records' slices (`sliced`, at least at the windows' levels). With `keep` (levels), the
+    slices of every other level are taken out of `slices_of` once their windows are built (a first load's account
+    and customer levels hold about a slice per trade: SF 100's year, ~1 GiB)."""
+    kept = None if keep is None else set(keep)
+    by_window: dict[str, list[pa.Table]] = {}
     for level in sorted({lv for w in windows for lv in w.levels}):
-        nodes, slices = slices_of[level]
-        sizes = [w.size_slices for w in windows if level in w.levels and w.kind == ws.SLIDING]
-        tree = slicing.build_blocks(slices, slicing.levels_for(max(sizes))) if sizes else slices
-        for w in windows:
-            if level not in w.levels:
-                continue
-            if w.kind == ws.SESSION:
-                rows = session_rows(w, nodes, slices)
-                ends = rows["window_end"] - us(w.size)
-                keep = (rows["window_start"] < span[1] + us(w.size)) & (ends >= span[0] - us(w.size))
-            else:
-                if w.kind == ws.TUMBLING:
-                    rows = tumbling_rows(w, nodes, slices, window_span(w, *span))
-                else:
-                    rows = window_rows(w, nodes, slices, tree, window_span(w, *span))
-                keep = np.ones(len(rows["window_start"]), dtype=bool)
-            parts.append(window_table(w.name, level, rows, keep, table))
-    if not parts:
+        for name, rows in _level_results(level, *slices_of[level], windows, span, table):
+            by_window.setdefault(name, []).append(rows)
+        if kept is not None and level not in kept:
+            del slices_of[level]
+    if not by_window:
         return table.arrow_schema().empty_table()
-    out = pa.concat_tables(parts)
-    return ao.sort(out, list(table.order_by)) if out.num_rows else out
+    # in the table's order, whose first column is the window: each window's rows sorted on their own (a sorted copy
+    # of one window at a time, not of all)
+    assert table.order_by[0] == "window_name", table.order_by
+    return pa.concat_tables(
+        [ao.sort(pa.concat_tables(by_window.pop(name)), list(table.order_by)) for name in sorted(by_window)]
+    )
+
+
+def _level_results(
+    level: str,
+    nodes: pa.Array,
+    slices: slicing.Partials,
+    windows: tuple[ws.Window, ...],
+    span: tuple[int, int],
+    table: Table,
+) -> list[tuple[str, pa.Table]]:
+    """(window name, its rows) of every window at `level`, from the level's slices."""
+    sizes = [w.size_slices for w in windows if level in w.levels and w.kind == ws.SLIDING]
+    tree = slicing.build_blocks(slices, slicing.levels_for(max(sizes))) if sizes else slices
+    out = []
+    for w in windows:
+        if level not in w.levels:
+            continue
+        if w.kind == ws.SESSION:
+            rows = session_rows(w, nodes, slices)
+            ends = rows["window_end"] - us(w.size)
+            keep = (rows["window_start"] < span[1] + us(w.size)) & (ends >= span[0] - us(w.size))
+        else:
+            if w.kind == ws.TUMBLING:
+                rows = tumbling_rows(w, nodes, slices, window_span(w, *span))
+            else:
+                rows = window_rows(w, nodes, slices, tree, window_span(w, *span))
+            keep = np.ones(len(rows["window_start"]), dtype=bool)
+        out.append((w.name, window_table(w.name, level, rows, keep, table)))
+    return out
 
 
 def window_table(name: str, level: str, rows: Mapping, keep: np.ndarray, table: Table) -> pa.Table:
