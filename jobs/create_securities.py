@@ -112,10 +112,10 @@ def run(ctx: JobContext, scope: BatchScope) -> dict[str, int]:
     return _run(ctx, scope, everything)
 
 
-def _staged(ctx: JobContext, scope: BatchScope, table: Table, *, in_order: bool = True) -> pa.Table:
-    """Every record staged up to this micro-batch, the latest delivery of each line (in file, line order, or as
-    staged: `latest_delivery`)."""
-    return latest_delivery(scope.staged_where(ctx, table, pc.scalar(True)), in_order=in_order)
+def _staged(ctx: JobContext, scope: BatchScope, table: Table) -> pa.Table:
+    """Every record staged up to this micro-batch, the latest delivery of each line, in file, line order
+    (`latest_delivery`)."""
+    return latest_delivery(scope.staged_where(ctx, table, pc.scalar(True)))
 
 
 def _with_reference(staged: pa.Table) -> pa.Table:

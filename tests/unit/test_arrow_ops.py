@@ -110,10 +110,16 @@ def test_latest_delivery_of_one_delivery_in_order_is_the_table_itself():
     assert latest_delivery(shuffled)["text"].to_pylist() == ["a", "b", "c"]
 
 
-def test_latest_delivery_out_of_order_keeps_the_staged_order_and_copies_nothing_without_a_redelivery():
-    from jobs.finwire_records import latest_delivery
+def test_pieces_without_the_redelivered_lines_keep_the_staged_order_and_copy_nothing_without_a_redelivery():
+    from jobs.finwire_records import redelivered, without_redelivered
 
     staged = _fin_lines(["F2", "F1", "F1"], [1, 2, 1], [1, 1, 1], ["F2:1", "F1:2", "F1:1"])
-    assert latest_delivery(staged, in_order=False) is staged
+    stale = redelivered(staged)
+    assert stale.num_rows == 0
+    assert without_redelivered(staged, stale) is staged
     again = pa.concat_tables([staged, _fin_lines(["F1"], [2], [2], ["F1:2 new"])])
-    assert latest_delivery(again, in_order=False)["text"].to_pylist() == ["F2:1", "F1:1", "F1:2 new"]
+    stale = redelivered(again)
+    assert stale.to_pylist() == [{"source_file": "F1", "line_no": 2, "batch_id": 1}]
+    assert without_redelivered(again, stale)["text"].to_pylist() == ["F2:1", "F1:1", "F1:2 new"]
+    pieces = [without_redelivered(again.slice(start, 2), stale) for start in (0, 2)]  # as read a piece at a time
+    assert [p["text"].to_pylist() for p in pieces] == [["F2:1"], ["F1:1", "F1:2 new"]]
