@@ -59,6 +59,7 @@ from jobs.companies import (
 )
 from jobs.financials import STAGED_COLUMNS, financial_alerts, financial_records, financial_rows, loadable_records
 from jobs.finwire_records import (
+    DELIVERY,
     SOURCE_OF,
     STRING,
     latest_delivery,
@@ -122,12 +123,9 @@ def _with_reference(staged: pa.Table) -> pa.Table:
     return staged.append_column("_ref", company_reference(staged["cik"], staged["company_name"]))
 
 
-_LINE = ["source_file", "line_no", "batch_id"]  # a staged line's delivery
-
-
 def _fin_pieces(ctx: JobContext, scope: BatchScope, stale: pa.Table, columns: list[str]) -> Iterator[pa.Table]:
     """The FIN records `_staged` would read, as staged, in consecutive pieces of `PIECE_RECORDS`: their `columns`
-    (with a line's delivery, `_LINE`) and `_ref`, without the lines a later micro-batch delivered again (`stale`,
+    (with a line's delivery, `DELIVERY`) and `_ref`, without the lines a later micro-batch delivered again (`stale`,
     `redelivered`); one empty piece when there are none."""
     found = False
     for piece in scope.staged_pieces(ctx, FIN, columns, PIECE_RECORDS):
@@ -207,13 +205,13 @@ def _run(ctx: JobContext, scope: BatchScope, everything: bool) -> dict[str, int]
     # are read and built a piece at a time, in the staged order (SF 100's first load: 5.77 M), each piece reduced
     # to its alerts and its loadable rows before the next; Financial's rows are ordered by their own key.
     current_fin = ctx.lake.read_if_exists(wh.FINANCIAL, list(wh.FINANCIAL.key))
-    stale = redelivered(scope.staged_where(ctx, FIN, pc.scalar(True), _LINE))
+    stale = redelivered(scope.staged_where(ctx, FIN, pc.scalar(True), DELIVERY))
     fin_ciks, examined = None, None
     if touched is not None:
         to_touched = references_to(cmp_all, touched)
         moved = [
             piece["_ref"].filter(pc.or_(pc.is_in(piece["_ref"], value_set=to_touched), this_batch(piece)))
-            for piece in _fin_pieces(ctx, scope, stale, ["cik", "company_name", *_LINE])
+            for piece in _fin_pieces(ctx, scope, stale, ["cik", "company_name", *DELIVERY])
         ]
         reached = companies_reached(references, pc.unique(pa.chunked_array(moved).combine_chunks()))
         fin_ciks = pc.unique(pa.concat_arrays([touched, reached.cast(pa.int64())]))

@@ -49,8 +49,10 @@ _FIELDS = {
 }
 
 # The staged FIN columns `financial_records` reads (not the record type or the posting date)
-STAGED_COLUMNS = ("pts", "source_batch", "source_file", "line_no", "batch_id", "co_name_or_cik", "cik", "company_name")
-STAGED_COLUMNS += tuple(_FIELDS)
+STAGED_COLUMNS = (
+    *("pts", "source_batch", "source_file", "line_no", "batch_id", "co_name_or_cik", "cik", "company_name"),
+    *_FIELDS,
+)
 
 
 def financial_records(fin: pa.Table, references: pa.Table) -> pa.Table:

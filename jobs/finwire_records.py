@@ -32,6 +32,8 @@ from schemas.model import Table
 
 # Declared order of FINWIRE records (after `latest_delivery`, (file, line) is unique).
 ORDER = ("_ts", "source_file", "line_no")
+_LINE = ["source_file", "line_no"]  # a staged line
+DELIVERY = [*_LINE, "batch_id"]  # a delivery of it (a line staged again by a later micro-batch replaces it)
 
 INVALID_SP_RATING = "Invalid SPRating"
 UNKNOWN_COMPANY = "Unknown company"
@@ -50,18 +52,21 @@ def latest_delivery(staged: pa.Table) -> pa.Table:
     order of file, line (Financial's FIN records, the most, are read in pieces instead: `redelivered`). Ordered by
     the key columns alone and taken once; `staged` itself when that is already it (one delivery of each line, in
     order)."""
-    keys = ["source_file", "line_no"]
-    ordered = sort(with_row_numbers(staged.select([*keys, "batch_id"])), [*keys, "batch_id"])
-    kept = ordered[ROW].filter(pa.array(~same_as_next(ordered, keys), pa.bool_()))
+    ordered = _deliveries(with_row_numbers(staged.select(DELIVERY)))
+    kept = ordered[ROW].filter(pa.array(~same_as_next(ordered, _LINE), pa.bool_()))
     return staged if is_every_row(kept, staged.num_rows) else staged.take(kept)
 
 
 def redelivered(delivered: pa.Table) -> pa.Table:
     """(`source_file`, `line_no`, `batch_id`) of the staged lines (`delivered`, with those columns) that a later
     micro-batch delivered again, so `latest_delivery` leaves them out; empty when every line came once."""
-    keys = ["source_file", "line_no"]
-    ordered = sort(delivered.select([*keys, "batch_id"]), [*keys, "batch_id"])
-    return ordered.filter(pa.array(same_as_next(ordered, keys), pa.bool_()))
+    ordered = _deliveries(delivered.select(DELIVERY))
+    return ordered.filter(pa.array(same_as_next(ordered, _LINE), pa.bool_()))
+
+
+def _deliveries(rows: pa.Table) -> pa.Table:
+    """`rows` in the order of their line, then of the micro-batch that delivered it (a line's latest delivery last)."""
+    return sort(rows, DELIVERY)
 
 
 def without_redelivered(staged: pa.Table, stale: pa.Table) -> pa.Table:

@@ -195,11 +195,12 @@ def merged(parts: list[Sliced]) -> Sliced:
     united and the partials of a slice in several parts combined -- sums, extremes and times are associative, so a
     read taken a piece at a time gives the slices of the whole read. Combined once, at the end, a level at a time;
     **consumes** `parts` (each level is taken out of them as it is combined: SF 100's year of trades has about a
-    slice per trade at the account and customer levels, so the parts and the whole are not held together)."""
+    slice per trade at the account and customer levels, so the parts and the whole are not held together). At least
+    one part (`no_slices` stands for none)."""
     if len(parts) == 1:
         return dict(parts.pop())
     out: Sliced = {}
-    for level in list(parts[0]) if parts else []:
+    for level in list(parts[0]):
         of_level = [p.pop(level) for p in parts]
         ops = of_level[0][1].ops
         nodes = pc.unique(pa.concat_arrays([part_nodes for part_nodes, _ in of_level]))
