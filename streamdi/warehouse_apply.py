@@ -151,12 +151,12 @@ def _load_empty(conn: Connection, change: TableChange, target: sql.Composable) -
     rebuilt afterwards (`DROP_INDEXES_FN`, `REBUILD_INDEXES_FN`): one sort per index instead of an index insert
     per row, half the time (FactMarketHistory at SF 3, 1.27M rows: 2.9 s instead of 5.9 s). The drop holds the
     table's ACCESS EXCLUSIVE lock until COMMIT: a reader of the (empty) table waits for the first batch instead
-    of seeing it empty."""
+    of seeing it empty. The drop also truncates the table, so the COPY freezes its rows (`DROP_INDEXES_FN`)."""
     regclass = target.as_string(conn)  # the functions' argument: the quoted `"schema"."name"`, as text
     bulk = change.upserts.num_rows >= BULK_LOAD_ROWS
     if bulk:
         conn.execute(sql.SQL("SELECT {}(%s::regclass)").format(DROP_INDEXES_FN), (regclass,))
-    _copy_arrow(conn, target, change.upserts, change.table, fault_name="pg.during_copy")
+    _copy_arrow(conn, target, change.upserts, change.table, fault_name="pg.during_copy", freeze=bulk)
     fault_point("pg.after_copy")
     if bulk:
         conn.execute(sql.SQL("SELECT {}(%s::regclass)").format(REBUILD_INDEXES_FN), (regclass,))
@@ -263,12 +263,15 @@ def _copy_arrow(
     rows: pa.Table | AppendedRows,
     table: Table,
     fault_name: str | None = None,
+    *,
+    freeze: bool = False,
 ) -> None:
     """Stream `rows` (of `table`'s columns, or of some of them) into `target` in PostgreSQL's binary COPY format,
     a chunk at a time. The encoder (pgpq) checks each chunk against the first one's types, and the server each
-    value against its column's type: a mismatch fails the COPY (and the transaction), it is never converted."""
-    copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
-        target, sql.SQL(", ").join(map(sql.Identifier, rows.column_names))
+    value against its column's type: a mismatch fails the COPY (and the transaction), it is never converted.
+    `freeze`: the rows are written frozen (COPY's FREEZE: `target` was truncated in this transaction)."""
+    copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary{})").format(
+        target, sql.SQL(", ").join(map(sql.Identifier, rows.column_names)), sql.SQL(", FREEZE" if freeze else "")
     )
     encoder: ArrowToPostgresBinaryEncoder | None = None
     # The queued writer sends to the server from a thread: the next chunk is encoded meanwhile.

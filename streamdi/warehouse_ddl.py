@@ -49,8 +49,11 @@ ALTER TABLE {metrics} ADD COLUMN IF NOT EXISTS staged_at timestamptz;""").format
 # A first load builds a large table's indexes after its COPY (`_load_empty`). Dropping and creating an index
 # needs the table's owner, which the loader is not (it may not drop a table): these two functions run as their
 # owner (the admin) for the loader, only on an empty table of streamdi's schemas, inside the caller's transaction.
-# The first records the table's primary key and indexes in a temporary table of the transaction and drops them;
-# the second recreates what the first dropped. A transaction that ends between the two rolls the drop back.
+# The first records the table's primary key and indexes in a temporary table of the transaction and drops them,
+# and truncates the (empty) table, so that the COPY which follows in the same transaction may freeze its rows (no
+# hint bits to set, no later freezing by VACUUM) and, on a server with `wal_level = minimal` (the embedded one),
+# write no WAL for them; the second recreates what the first dropped. A transaction that ends between the two rolls
+# the drop and the truncation back.
 DROP_INDEXES_FN = sql.Identifier(PLATFORM_SCHEMA, "drop_indexes_for_load")
 REBUILD_INDEXES_FN = sql.Identifier(PLATFORM_SCHEMA, "rebuild_indexes_after_load")
 _BULK_LOAD_DDL = sql.SQL("""
@@ -69,6 +72,7 @@ BEGIN
     IF NOT is_empty THEN
         RAISE EXCEPTION '% is not empty: its indexes stay', target;
     END IF;
+    EXECUTE format('TRUNCATE %s', target);  -- empty already: lets the COPY that follows FREEZE (and skip WAL)
     CREATE TEMP TABLE IF NOT EXISTS streamdi_dropped_indexes (target regclass, position integer, statement text)
         ON COMMIT DROP;
     FOR ix IN
