@@ -408,8 +408,9 @@ def _psql(server: PostgresServer, sql: str, variables: dict[str, str] | None = N
 
 def _ensure_database(server: PostgresServer, database: str) -> None:
     """Create `database` if missing, with PostgreSQL's own C.UTF-8 collation where the server has it (17 and later):
-    the same order as the C library's C.UTF-8 that initdb chose (code points), compared as bytes instead of through
-    the C library, which makes sorting text -- a first load's primary keys of symbols, ORDER BY -- cheaper
+    text sorts by code point whatever locale initdb took from the environment (C.UTF-8 on this project's machines, the
+    same order; en_US.UTF-8 would differ from machine to machine), and is compared as bytes instead of through the C
+    library, which makes sorting text -- a first load's primary keys of symbols, ORDER BY -- cheaper
     (FactMarketHistory's key at SF 10: 8.4 -> 5.0-5.9 s). A database created before keeps its collation."""
     with _server_lock(server.pgdata):  # two processes must not both try to create it
         if not _psql(server, "SELECT 1 FROM pg_database WHERE datname = :'dbname';", {"dbname": database}):
