@@ -277,7 +277,7 @@ def _on_executors(
 ) -> Staged | None:
     """The executors' parse of a source's `files` into its staging `tables`, or None when the files are smaller than
     `STREAMDI_EXECUTOR_PARSE_BYTES` or the source's contract or checks need the whole table in the driver (logged)."""
-    if sum(bf.size_bytes for bf in files) < ctx.settings.executor_parse_bytes:
+    if _bytes(files) < ctx.settings.executor_parse_bytes:
         return None  # decided before asking for the suites, which wait for Great Expectations' import
     suites = {t.name: (t, quality.validator().suite_for(t)) for t in tables}
     why = stage_executors.parse_here([suite for _, suite in suites.values()], contract)
