@@ -19,6 +19,15 @@ def ctx_of(lake: Lake, *, steps_beside: bool = True) -> SimpleNamespace:
     return SimpleNamespace(lake=lake, settings=SimpleNamespace(steps_beside=steps_beside))
 
 
+def run_checked(monkeypatch, lake: Lake, step, checks, **kwargs) -> transform.TransformReport:
+    """Micro-batch 7 through the declared graph with `step(name)` as every step's work and `checks` as the suites."""
+    fake = tuple(Step(s.name, step(s.name), s.after, checked=s.checked, reads_checks=s.reads_checks) for s in STEPS)
+    monkeypatch.setattr(transform, "STEPS", fake)
+    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
+    monkeypatch.setattr(validate, "validate_step", checks)
+    return transform.run(ctx_of(lake), 7, **kwargs)
+
+
 def test_the_declared_steps_run_in_five_waves_with_t1_and_t2_and_then_t3_and_t4_together():
     assert [[s.name for s in wave] for wave in waves(STEPS)] == [["T0"], ["T1", "T2"], ["T3", "T4"], ["AG"], ["DM"]]
 
@@ -135,11 +144,7 @@ def test_a_steps_checks_run_beside_the_next_wave_whose_commits_wait_for_them_and
             found.halts.append("warehouse.dimcustomer: check one_current_version_per_customer failed")
         return found
 
-    fake = tuple(Step(s.name, step(s.name), s.after, checked=s.checked, reads_checks=s.reads_checks) for s in STEPS)
-    monkeypatch.setattr(transform, "STEPS", fake)
-    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
-    monkeypatch.setattr(validate, "validate_step", checks)
-    report = transform.run(ctx_of(lake), 7)
+    report = run_checked(monkeypatch, lake, step, checks)
     assert report.halts == ["warehouse.dimcustomer: check one_current_version_per_customer failed"]
     assert sorted(started) == ["T0", "T1", "T2", "T3", "T4"]
     assert not lake.exists(target)  # T3's commit (the table's creation included) was refused
@@ -175,12 +180,46 @@ def test_a_step_is_reported_committed_as_soon_as_it_returns_before_its_checks_an
         reported.append(name)
         {"T3": t4_may_end, "T4": t3_checks_may_end}.get(name, threading.Event()).set()
 
-    fake = tuple(Step(s.name, step(s.name), s.after, checked=s.checked, reads_checks=s.reads_checks) for s in STEPS)
-    monkeypatch.setattr(transform, "STEPS", fake)
-    monkeypatch.setattr(transform, "load_scope", lambda _ctx, _batch: None)
-    monkeypatch.setattr(validate, "validate_step", checks)
-    report = transform.run(ctx_of(Lake(tmp_path)), 7, on_committed=on_committed)
+    report = run_checked(monkeypatch, Lake(tmp_path), step, checks, on_committed=on_committed)
     assert report.halts == ["warehouse.dimtrade: check one_row_per_trade failed"]
     assert reported[0] == "T0" and sorted(reported[1:3]) == ["T1", "T2"]
     # AG (which commits nothing here; a commit would wait for T3's checks and be refused) ran; DM never started
     assert reported[3:] == ["T3", "T4", "AG"]
+
+
+def test_a_steps_checks_begin_as_it_returns_beside_its_wave_and_never_hold_that_waves_commits(monkeypatch, tmp_path):
+    """T3 returns while T4 still runs: T3's checks begin at once (T4 waits to see them running), and T4's commit
+    made while they run goes through, though they end with a failed halt check; the next wave's commit is refused
+    and DM never starts."""
+    lake = Lake(tmp_path)
+    target = Table(name="t4_output", layer="warehouse", columns=(Column("id", "int", False),), key=("id",))
+    later = Table(name="ag_output", layer="warehouse", columns=(Column("id", "int", False),), key=("id",))
+    t3_checking, t4_committed = threading.Event(), threading.Event()
+    started: list[str] = []
+
+    def step(name: str):
+        def run(ctx, _scope):
+            started.append(name)
+            if name == "T4":
+                assert t3_checking.wait(10)  # T3's checks run while T4 has not returned
+                ctx.lake.append(target, pa.table({"id": pa.array([4], pa.int32())}), app_id="T4/x", version=7)
+                t4_committed.set()
+            if name == "AG":
+                ctx.lake.append(later, pa.table({"id": pa.array([5], pa.int32())}), app_id="AG/x", version=7)
+            return {name: 1}
+
+        return run
+
+    def checks(_ctx, _batch, step, attempt=0):
+        found = validate.StepChecks(step)
+        if step == "T3":
+            t3_checking.set()
+            assert t4_committed.wait(10)  # T4's commit was not held by these checks
+            found.halts.append("warehouse.dimtrade: check one_row_per_trade failed")
+        return found
+
+    report = run_checked(monkeypatch, lake, step, checks)
+    assert report.halts == ["warehouse.dimtrade: check one_row_per_trade failed"]
+    assert lake.read_arrow(target)["id"].to_pylist() == [4]
+    assert not lake.exists(later)  # AG's commit waited for T3's checks and was refused
+    assert "DM" not in started
