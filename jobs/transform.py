@@ -176,9 +176,6 @@ class Checks:
         self._started.append(future)
         return future
 
-    def start(self, step: Step) -> Future:
-        return self.gating(self.begin(step))
-
     def _check(self, step: str) -> validate.StepChecks:
         with self._ctx.lake.ungated():  # the suites record their results
             return validate.validate_step(self._ctx, self._batch_id, step, attempt=self._attempt)
@@ -224,8 +221,7 @@ def run(
         for wave in waves(STEPS) if beside else [(step,) for together in waves(STEPS) for step in together]:
             if not beside or any(step.reads_checks for step in wave):
                 checks.wait()
-            # a step's suites begin as soon as it returns, beside the rest of its wave (`_EarlyChecks`)
-            begun = _EarlyChecks(checks) if len(wave) > 1 else None
+            begun = _EarlyChecks(checks)  # a step's suites begin as it returns, beside the rest of its wave
             futures = [_step_pool().submit(_ran, ctx, scope, step, begun) for step in wave]
             if on_committed:  # each step as soon as it returns, while the rest of its wave runs
                 for step, future in zip(wave, futures, strict=True):
@@ -242,12 +238,11 @@ def run(
                 done = [f.result() for f in futures]  # in declared order; raises the first failure
             except Exception:
                 checks.wait()  # nothing runs on once the run has failed
-                if begun is not None:
-                    begun.wait()
+                begun.wait()
                 raise
-            gating = begun.gating if begun is not None else checks.start
             checking = [
-                (s, rows, secs, gating(s) if s.checked else None) for s, (rows, secs) in zip(wave, done, strict=True)
+                (s, rows, secs, begun.gating(s) if s.checked else None)
+                for s, (rows, secs) in zip(wave, done, strict=True)
             ]
         if checking and not report.halts:
             _record_checked(report, checking)
@@ -271,10 +266,9 @@ class _EarlyChecks:
                 self._begun[step.name] = self._checks.begin(step)
 
     def gating(self, step: Step) -> Future:
-        """`step`'s suites, begun now when they were not, holding every later commit (`Checks.gating`)."""
+        """`step`'s suites (a checked step that returned), now holding every later commit (`Checks.gating`)."""
         with self._lock:
-            begun = self._begun.get(step.name)
-        return self._checks.gating(begun) if begun is not None else self._checks.start(step)
+            return self._checks.gating(self._begun[step.name])
 
     def wait(self) -> None:
         with self._lock:
@@ -282,14 +276,11 @@ class _EarlyChecks:
         wait(begun)
 
 
-def _ran(
-    ctx: JobContext, scope: BatchScope, step: Step, begun: _EarlyChecks | None = None
-) -> tuple[dict[str, int], float]:
+def _ran(ctx: JobContext, scope: BatchScope, step: Step, begun: _EarlyChecks) -> tuple[dict[str, int], float]:
     started = time.perf_counter()
     rows = step.run(ctx, scope)
     seconds = time.perf_counter() - started
-    if begun is not None:
-        begun.begin(step)
+    begun.begin(step)
     return rows, seconds
 
 
