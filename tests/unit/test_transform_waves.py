@@ -223,3 +223,41 @@ def test_a_steps_checks_begin_as_it_returns_beside_its_wave_and_never_hold_that_
     assert lake.read_arrow(target)["id"].to_pylist() == [4]
     assert not lake.exists(later)  # AG's commit waited for T3's checks and was refused
     assert "DM" not in started
+
+
+@pytest.mark.parametrize("source_batches", [(1,), (2,)], ids=["historical-parts-in-turn", "incremental-parts-beside"])
+def test_t3_and_t4_announce_each_table_as_its_part_returns_not_when_the_step_ends(monkeypatch, source_batches):
+    """A migration beside the transform lands a table once a step says it is finished (`BatchScope.finished`): T3
+    and T4 say so for each table as the part that writes it returns, so FactMarketHistory is announced before
+    FactWatches' part has ended, and FactHoldings / FactCashBalances before the other part of T3 has."""
+    heard: list[str] = []
+    lock = threading.Lock()
+
+    def part(table: str, after: str | None = None):
+        def run(_ctx, _scope):
+            if after is not None:  # a part that may only end once `after` has been announced
+                deadline = time.monotonic() + 10
+                while after not in heard:
+                    assert time.monotonic() < deadline, f"{after} was not announced before {table}'s part ended"
+                    time.sleep(0.01)
+            return {table: 1}
+
+        return run
+
+    def on_finished(tables) -> None:
+        with lock:
+            heard.extend(t.name for t in tables)
+
+    # in turn (Batch1) each step's first part runs before its second, which may only end once the first part's table
+    # was announced; beside each other (incremental), the second part runs in the pool and waits for the same
+    monkeypatch.setattr(transform.market_history, "run", part("factmarkethistory"))
+    monkeypatch.setattr(transform.watches, "run", part("factwatches", after="factmarkethistory"))
+    monkeypatch.setattr(transform.create_trades, "run", part("dimtrade"))
+    monkeypatch.setattr(transform.holdings, "run", part("factholdings"))
+    monkeypatch.setattr(transform.cash_balances, "run", part("factcashbalances", after="factholdings"))
+    ctx = ctx_of(None)
+    scope = transform.BatchScope(batch_id=7, source_batches=source_batches, on_finished=on_finished)
+
+    assert transform.market_and_watches(ctx, scope) == {"factmarkethistory": 1, "factwatches": 1}
+    assert transform.trades_and_holdings(ctx, scope) == {"dimtrade": 1, "factholdings": 1, "factcashbalances": 1}
+    assert heard == ["factmarkethistory", "factwatches", "dimtrade", "factholdings", "factcashbalances"]
