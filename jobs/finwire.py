@@ -25,14 +25,15 @@ def check_fixed_width(lines: pa.Table, record: fw.FixedWidthRecord) -> pa.Table:
     the record's declared columns and `reason` ('' for a good line)."""
     fields.check_supported(record.columns, record.rec_type)
     line = lines["line"].combine_chunks().cast(pa.large_string())
-    length = pc.utf8_length(line)
+    cut = _Cutter(line)
+    length = cut.lengths()
     problems = fields.Problems(len(line))
     typed = {}
     for f in record.fields:
-        raw = _field(line, f)
+        raw = _field(cut, f)
         typed[f.column.name] = fields.type_column(problems, raw, pc.not_equal(raw, ""), f.column)
     if record.short_last_field is not None:
-        last = _field(line, record.fields[-1])
+        last = _field(cut, record.fields[-1])
         short = pc.equal(length, min(record.widths))
         no_value = pa.scalar(None, last.type)
         cik, company_name = fw.CIK_OR_NAME
@@ -54,7 +55,7 @@ def check_finwire(lines: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
     with `line_no`, `line`, the other columns of `lines` and `reason`: an empty line or an unknown record type)."""
     line = lines["line"].combine_chunks().cast(pa.large_string())
     lines = lines.set_column(lines.column_names.index("line"), "line", line)
-    rec_type = pc.utf8_slice_codeunits(line, 15, 18)
+    rec_type = _Cutter(line).cut(15, 18)
     checked = {
         code: check_fixed_width(lines.filter(pc.equal(rec_type, code)), record) for code, record in fw.RECORDS.items()
     }
@@ -82,7 +83,28 @@ def parse_finwire(lines: pa.Table) -> tuple[dict[str, pa.Table], pa.Table]:
     return staged, pa.concat_tables(rejected)
 
 
-def _field(line: pa.Array, f: fw.FixedWidthField) -> pa.Array:
+class _Cutter:
+    """Cuts characters out of every line, and counts them. When every line is ASCII (the official generator's files
+    are) a character is a byte, and the lines are cut as bytes: a field at character 150 of SF 10's 594,223 lines
+    in 9.5 ms instead of 104 ms by code points, whose cost grows with the field's position. A batch with any
+    other character is cut by code points, as the spec's positions mean."""
+
+    def __init__(self, line: pa.Array) -> None:
+        self._line = line
+        self._bytes = line.cast(pa.large_binary()) if pc.all(pc.string_is_ascii(line)).as_py() else None
+
+    def cut(self, start: int, stop: int) -> pa.Array:
+        """Characters `start` (0-based) to `stop` (excluded) of every line, fewer where a line is shorter."""
+        if self._bytes is None:
+            return pc.utf8_slice_codeunits(self._line, start, stop)
+        return pc.binary_slice(self._bytes, start, stop).cast(self._line.type)
+
+    def lengths(self) -> pa.Array:
+        """Each line's length in characters."""
+        return pc.utf8_length(self._line) if self._bytes is None else pc.binary_length(self._bytes)
+
+
+def _field(cut: _Cutter, f: fw.FixedWidthField) -> pa.Array:
     """The text of field `f` of every line, without its padding."""
-    raw = pc.utf8_slice_codeunits(line, f.start - 1, f.end)
+    raw = cut.cut(f.start - 1, f.end)
     return pc.utf8_rtrim(raw, characters=" ") if f.type == "string" else pc.utf8_trim(raw, characters=" ")

@@ -18,6 +18,7 @@ import fnmatch
 import hashlib
 from pathlib import PurePosixPath
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -79,7 +80,7 @@ def lines_of(data: bytes, first_line: int = 1) -> tuple[pa.Table, pa.Table]:
     parts = pc.split_pattern(pa.array([data], pa.large_binary()), pattern=b"\n")[0].values
     if len(parts) and parts[-1].as_py() == b"":  # the newline that ends the last line opens no new line
         parts = parts.slice(0, len(parts) - 1)
-    numbers = pa.array(range(first_line, first_line + len(parts)), pa.int64())
+    numbers = pa.array(np.arange(first_line, first_line + len(parts), dtype=np.int64))
     try:
         good, bad = parts.cast(pa.large_string()), None
     except pa.ArrowInvalid:
@@ -207,6 +208,6 @@ def _cut_short(lines: pa.Table, undecodable: pa.Table) -> tuple[pa.Table, pa.Tab
 
 def _with_file(lines: pa.Table, bf: BatchFile) -> pa.Table:
     n = lines.num_rows
-    return lines.append_column("source_file", pa.array([bf.file] * n, pa.large_string())).append_column(
-        "source_batch", pa.array([bf.source_batch] * n, pa.int32())
+    return lines.append_column("source_file", pa.repeat(pa.scalar(bf.file, pa.large_string()), n)).append_column(
+        "source_batch", pa.repeat(pa.scalar(bf.source_batch, pa.int32()), n)
     )

@@ -60,8 +60,8 @@ def parse_lines(lines: pa.Table, undecodable: pa.Table, source: SourceFile, batc
 
 def _with_batch(checked: pa.Table, batch_id: int, source: str) -> pa.Table:
     n = checked.num_rows
-    return checked.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
-        "source", pa.array([source] * n, pa.large_string())
+    return checked.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), n)).append_column(
+        "source", pa.repeat(pa.scalar(source, pa.large_string()), n)
     )
 
 

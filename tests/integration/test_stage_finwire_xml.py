@@ -223,6 +223,28 @@ def test_bad_finwire_lines_are_rejected_with_their_reason():
     ]
 
 
+def test_a_line_with_characters_beyond_ascii_is_cut_by_characters_not_bytes():
+    """Positions count characters: a company name with 'é' and 'ß' (two bytes each in UTF-8) leaves every later
+    field where it is, and the line keeps its 543 characters; ASCII lines of the same batch are cut alike."""
+    accented = CMP_LINE[:18] + "é" + CMP_LINE[19:30] + "ß" + CMP_LINE[31:]
+    lines = pa.table(
+        {"line_no": pa.array([1, 2], pa.int64()), "line": pa.array([accented, CMP_LINE], pa.large_string())}
+    )
+    staged, rejected = parse_finwire(lines)
+    assert rejected.num_rows == 0
+    rows = {r["line_no"]: r for r in staged["CMP"].to_pylist()}
+    assert rows[1]["company_name"] == "ékhSvCsfgbDUßsiZWtPQwjkYPwKrfTUFMGMCWCBXBcOcTkaLSudO"
+    assert rows[2]["company_name"] == "kkhSvCsfgbDUvsiZWtPQwjkYPwKrfTUFMGMCWCBXBcOcTkaLSudO"
+    for row in rows.values():
+        assert (row["cik"], row["status"], row["industry_id"], row["founding_date"]) == (
+            "0000000000",
+            "ACTV",
+            "DR",
+            dt.date(1886, 7, 22),
+        )
+        assert row["description"] == " CUpESkLIQ LBcTnhDEOCLVhfDjOopGKRBxRYGboIrPFcDxMSGkskSwAJdAPWSAPTf T"
+
+
 # ---------------------------------------------------------------------------------------- CustomerMgmt.xml
 def _action(kind: str, ts: str, customer: str) -> str:
     return f'\t<TPCDI:Action ActionType="{kind}" ActionTS="{ts}">\n\t\t{customer}\n\t</TPCDI:Action>'
