@@ -231,22 +231,21 @@ def test_t3_and_t4_announce_each_table_as_its_part_returns_not_when_the_step_end
     and T4 say so for each table as the part that writes it returns, so FactMarketHistory is announced before
     FactWatches' part has ended, and FactHoldings / FactCashBalances before the other part of T3 has."""
     heard: list[str] = []
-    lock = threading.Lock()
+    announced = {name: threading.Event() for name in ("factmarkethistory", "factholdings")}
 
     def part(table: str, after: str | None = None):
         def run(_ctx, _scope):
-            if after is not None:  # a part that may only end once `after` has been announced
-                deadline = time.monotonic() + 10
-                while after not in heard:
-                    assert time.monotonic() < deadline, f"{after} was not announced before {table}'s part ended"
-                    time.sleep(0.01)
+            # a part that may only end once `after` has been announced
+            assert after is None or announced[after].wait(10), f"{after} was not announced before {table}'s part ended"
             return {table: 1}
 
         return run
 
     def on_finished(tables) -> None:
-        with lock:
-            heard.extend(t.name for t in tables)
+        for t in tables:
+            heard.append(t.name)
+            if t.name in announced:
+                announced[t.name].set()
 
     # in turn (Batch1) each step's first part runs before its second, which may only end once the first part's table
     # was announced; beside each other (incremental), the second part runs in the pool and waits for the same
