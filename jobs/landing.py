@@ -153,7 +153,7 @@ def file_lines(data: bytes, bf: BatchFile, *, first_line: int = 1, ends_file: bo
     lines, bad = lines_of(data, first_line)
     if ends_file and data and not data.endswith(b"\n"):
         lines, bad = _cut_short(lines, bad)
-    return _with_file(lines, bf), _with_file(bad, bf)
+    return with_file(lines, bf), with_file(bad, bf)
 
 
 def read_registered(ctx: JobContext, batch_id: int, bf: BatchFile) -> bytes:
@@ -206,7 +206,8 @@ def _cut_short(lines: pa.Table, undecodable: pa.Table) -> tuple[pa.Table, pa.Tab
     return lines.filter(pc.invert(in_lines)), pa.concat_tables([undecodable, cut.select(undecodable.column_names)])
 
 
-def _with_file(lines: pa.Table, bf: BatchFile) -> pa.Table:
+def with_file(lines: pa.Table, bf: BatchFile) -> pa.Table:
+    """`lines` (numbered lines of file `bf`, or any of its rows) with `source_file` and `source_batch`."""
     n = lines.num_rows
     return lines.append_column("source_file", pa.repeat(pa.scalar(bf.file, pa.large_string()), n)).append_column(
         "source_batch", pa.repeat(pa.scalar(bf.source_batch, pa.int32()), n)

@@ -57,8 +57,8 @@ from jobs.stage_parse import (
     FileReport,
     Parsed,
     concat_as,
-    parse_delimited_lines,
-    parse_finwire_lines,
+    parse_delimited_piece,
+    parse_finwire_piece,
     rows_per_file,
     stage_customer_mgmt,
     stage_finwire,
@@ -250,7 +250,7 @@ def _stage_delimited(
 ) -> Staged:
     """One delimited source's parse: on Spark's executors when its files are large and its checks allow it
     (`jobs.stage_executors`), else in the driver (`jobs.stage_parse.stage_source`)."""
-    parse = functools.partial(parse_delimited_lines, source)
+    parse = functools.partial(parse_delimited_piece, source)
     staged = _on_executors(
         ctx, batch_id, source.name, [source.staging], parse, files, resumed, contract_for(source.name)
     )
@@ -261,7 +261,7 @@ def _stage_finwire(ctx: JobContext, batch_id: int, files: list[BatchFile], resum
     """FINWIRE's parse: on Spark's executors when its files are large (`jobs.stage_executors`), else in the driver
     (`jobs.stage_parse.stage_finwire`)."""
     tables = list(FINWIRE_TABLES.values())
-    staged = _on_executors(ctx, batch_id, FINWIRE, tables, parse_finwire_lines, files, resumed)
+    staged = _on_executors(ctx, batch_id, FINWIRE, tables, parse_finwire_piece, files, resumed)
     return staged or stage_finwire(ctx, batch_id, files)
 
 
@@ -270,7 +270,7 @@ def _on_executors(
     batch_id: int,
     source: str,
     tables: list[Table],
-    parse: stage_executors.LineParser,
+    parse: stage_executors.PieceParser,
     files: list[BatchFile],
     resumed: bool,
     contract: Ordering | None = None,

@@ -5,9 +5,8 @@ The stage (`jobs.stage`) hands a delimited source or FINWIRE here when its files
 into pieces of whole lines (`jobs.landing_chunks`: one pass that also checks each file's SHA-256, in constant memory).
 One Spark task per piece, or per run of consecutive small pieces up to the same size (FINWIRE's quarters are small
 files; `mapInArrow` over the tasks' numbers) then does, with the same functions as the driver's parse:
-- reads its pieces (checking their CRCs) and numbers their lines from each piece's first line
-  (`jobs.landing.file_lines`);
-- splits and types them (`jobs.stage_parse.parse_delimited_lines`, `parse_finwire_lines`): the same rows and reasons,
+- reads its pieces (checking their CRCs), splits them into lines numbered from each piece's first line, and the lines
+  into typed fields (`jobs.stage_parse.parse_delimited_piece`, `parse_finwire_piece`): the same rows and reasons,
   for each staging table of the source (FINWIRE has three: CMP, SEC and FIN records);
 - runs each table's row-wise checks on its rows (`streamdi.quality`, the same suites, Great Expectations' pandas
   engine in the executor's Python);
@@ -39,7 +38,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.landing import file_lines
 from jobs.landing_chunks import Chunk, plan_chunks, read_chunk
 from jobs.stage_parse import FileReport, concat_as, rows_per_file
 from schemas.model import Table
@@ -73,9 +71,10 @@ class Written:
         return {file for file, (parsed, _) in self.per_file.items() if parsed}
 
 
-# (lines, undecodable lines, batch id) -> ({staging table's name: staged rows}, rejected rows): a module-level
-# function (or a partial of one), which Spark sends to the executors by name
-LineParser = Callable[[pa.Table, pa.Table, int], tuple[dict[str, pa.Table], pa.Table]]
+# (a piece's bytes, its file, its first line's number, whether it ends its file, batch id) -> ({staging table's name:
+# staged rows}, rejected rows, lines read): a module-level function (or a partial of one), which Spark sends to the
+# executors by name
+PieceParser = Callable[[bytes, BatchFile, int, bool, int], tuple[dict[str, pa.Table], pa.Table, int]]
 
 
 def parse_here(suites: list[Suite | None], contract: Ordering | None = None) -> str | None:
@@ -97,7 +96,7 @@ def stage_on_executors(
     ctx: JobContext,
     batch_id: int,
     source: str,
-    parse: LineParser,
+    parse: PieceParser,
     suites: dict[str, tuple[Table, Suite | None]],
     files: list[BatchFile],
     *,
@@ -215,23 +214,27 @@ class _TaskJob:
 
     landing_dir: str
     batch_id: int
-    parse: LineParser
+    parse: PieceParser
     outputs: tuple[_Output, ...]
     resumed: bool
 
     def run(self, position: int, chunks: list[Chunk]) -> _TaskResult:
         """Parse, check and write task `position`'s pieces (one Parquet file per table, named after the task)."""
-        lines, bad, read = [], [], {}
+        parts: dict[str, list[pa.Table]] = {output.name: [] for output in self.outputs}
+        bad, read = [], {}
         for chunk in chunks:
             data = read_chunk(Path(self.landing_dir), self.batch_id, chunk)
-            good, wrong = file_lines(data, chunk.file, first_line=chunk.first_line, ends_file=chunk.ends_file)
-            lines.append(good)
-            bad.append(wrong)
-            read[chunk.file.file] = read.get(chunk.file.file, 0) + good.num_rows + wrong.num_rows
-        staged, rejected = self.parse(pa.concat_tables(lines), pa.concat_tables(bad), self.batch_id)
-        del lines, bad
-        tables = {output.name: self._write(output, position, staged.pop(output.name)) for output in self.outputs}
-        return _TaskResult(read, rejected, tables)
+            staged, rejected, n = self.parse(data, chunk.file, chunk.first_line, chunk.ends_file, self.batch_id)
+            del data
+            for name, rows in staged.items():
+                parts[name].append(rows)
+            bad.append(rejected)
+            read[chunk.file.file] = read.get(chunk.file.file, 0) + n
+        tables = {
+            output.name: self._write(output, position, concat_as(parts.pop(output.name), output.table))
+            for output in self.outputs
+        }
+        return _TaskResult(read, concat_as(bad, REJECTS), tables)
 
     def _write(self, output: _Output, position: int, staged: pa.Table) -> _TablePart:
         """One table's rows of a task: its side file for the uniqueness checks, its checks, its Parquet file."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import customer_mgmt, delimited, finwire
-from jobs.landing import CUSTOMER_MGMT_SOURCE, FINWIRE, landing_lines, read_registered
+from jobs import customer_mgmt, delimited, fields, finwire
+from jobs.landing import CUSTOMER_MGMT_SOURCE, FINWIRE, file_lines, landing_lines, read_registered, with_file
 from schemas.model import SourceFile, Table
 from schemas.staging import CUSTOMER_MGMT, FINWIRE_TABLES, REJECTS
 from streamdi.batchlog import BatchFile
@@ -42,9 +43,36 @@ Parsed = tuple[list[tuple[Table, pa.Table]], pa.Table, list[FileReport]]  # ([(s
 
 def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list[BatchFile]) -> Parsed:
     """Parse all `files` of one source: ([(its staging table, staged rows)], rejected rows, per-file counts)."""
-    lines, undecodable, read = landing_lines(ctx, batch_id, files)
-    staged, rejected = parse_lines(lines, undecodable, source, batch_id)
-    return [(source.staging, staged)], rejected, reconcile(batch_id, source.name, files, read, [staged], rejected)
+    staged, rejected, read = [], [], []
+    for bf in files:
+        rows, bad, n_read = parse_file(read_registered(ctx, batch_id, bf), bf, source, batch_id)
+        staged.append(rows)
+        rejected.append(bad)
+        read.append(n_read)
+    staged_rows = concat_as(staged, source.staging) if staged else _empty(source.staging)
+    rejects = concat_as(rejected, REJECTS) if rejected else _empty(REJECTS)
+    counts = reconcile(batch_id, source.name, files, read, [staged_rows], rejects)
+    return [(source.staging, staged_rows)], rejects, counts
+
+
+def parse_file(
+    data: bytes, bf: BatchFile, source: SourceFile, batch_id: int, *, first_line: int = 1, ends_file: bool = True
+) -> tuple[pa.Table, pa.Table, int]:
+    """`(staged, rejected, lines read)` of one file of a delimited source, or of a piece of it that starts at line
+    `first_line` (`ends_file`: the piece is the file's end, `jobs.landing.file_lines`). A file whose every line has
+    the declared width is split by Arrow's CSV reader (`jobs.delimited.split_whole`), any other line by line: the
+    same rows, line numbers and reasons either way."""
+    raws = delimited.split_whole(data, source)
+    if raws is None:
+        lines, undecodable = file_lines(data, bf, first_line=first_line, ends_file=ends_file)
+        staged, rejected = parse_lines(lines, undecodable, source, batch_id)
+        return staged, rejected, lines.num_rows + undecodable.num_rows
+    n = len(raws[0])
+    numbered = with_file(pa.table({"line_no": np.arange(first_line, first_line + n, dtype=np.int64)}), bf)
+    parsed, bad = fields.split_checked(delimited.check_split(numbered, raws, source), [c.name for c in source.columns])
+    staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
+    rejected = concat_as([_with_batch(bad, batch_id, source.name).select(REJECTS.column_names)], REJECTS)
+    return staged, rejected, n
 
 
 def parse_lines(lines: pa.Table, undecodable: pa.Table, source: SourceFile, batch_id: int) -> tuple[pa.Table, pa.Table]:
@@ -103,12 +131,22 @@ def parse_finwire_lines(lines: pa.Table, undecodable: pa.Table, batch_id: int) -
     return staged, rejects
 
 
-def parse_delimited_lines(
-    source: SourceFile, lines: pa.Table, undecodable: pa.Table, batch_id: int
-) -> tuple[dict[str, pa.Table], pa.Table]:
-    """`parse_lines` in `parse_finwire_lines`' shape: ({the staging table's name: staged rows}, rejected rows)."""
-    staged, rejected = parse_lines(lines, undecodable, source, batch_id)
-    return {source.staging.name: staged}, rejected
+def parse_delimited_piece(
+    source: SourceFile, data: bytes, bf: BatchFile, first_line: int, ends_file: bool, batch_id: int
+) -> tuple[dict[str, pa.Table], pa.Table, int]:
+    """`parse_file` of a piece of a file, in the shape of a piece's parse on the executors
+    (`jobs.stage_executors.PieceParser`): ({the staging table's name: staged rows}, rejected rows, lines read)."""
+    staged, rejected, read = parse_file(data, bf, source, batch_id, first_line=first_line, ends_file=ends_file)
+    return {source.staging.name: staged}, rejected, read
+
+
+def parse_finwire_piece(
+    data: bytes, bf: BatchFile, first_line: int, ends_file: bool, batch_id: int
+) -> tuple[dict[str, pa.Table], pa.Table, int]:
+    """FINWIRE's records of a piece of a file, in the shape of `parse_delimited_piece`."""
+    lines, undecodable = file_lines(data, bf, first_line=first_line, ends_file=ends_file)
+    staged, rejected = parse_finwire_lines(lines, undecodable, batch_id)
+    return staged, rejected, lines.num_rows + undecodable.num_rows
 
 
 def stage_customer_mgmt(ctx: JobContext, batch_id: int, files: list[BatchFile]) -> Parsed:
@@ -145,3 +183,7 @@ def rows_per_file(rows: pa.Table) -> dict[str, int]:
 def concat_as(parts: list[pa.Table], table: Table) -> pa.Table:
     """One Arrow table of `parts` in the declared schema (parts from different Spark plans differ in nullability)."""
     return pa.concat_tables([p.cast(table.arrow_schema()) for p in parts])
+
+
+def _empty(table: Table) -> pa.Table:
+    return table.arrow_schema().empty_table()

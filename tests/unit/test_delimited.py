@@ -9,9 +9,11 @@ import pyarrow as pa
 import pytest
 from builders import source_line
 
-from jobs.delimited import check_lines, parse_delimited
+from jobs.delimited import check_lines, parse_delimited, split_whole
+from jobs.stage_parse import parse_file
 from schemas import sources as src
 from schemas.model import Column, SourceFile
+from streamdi.batchlog import BatchFile
 
 UTC = dt.UTC
 
@@ -43,11 +45,23 @@ def lines(*texts: str, **extra: pa.Array) -> pa.Table:
     return table
 
 
-def one_value(column: str, text: str) -> tuple[object, str]:
-    """(typed value, reason) of a line whose only non-empty field is `column` = `text`."""
+def one_value(column: str, text: str, via: str = "lines") -> tuple[object, str]:
+    """(typed value, reason) of a line whose only non-empty field is `column` = `text`, checked as a numbered line
+    (`via` "lines") or as a file's bytes ("file": `parse_file`, split whole when it can be)."""
     fields = ["" if name != column else text for name in NAMES]
+    if via == "file":
+        staged, rejected = file_rows(["|".join(fields)], EVERY_TYPE)
+        return (staged[0][column], "") if staged else (None, rejected[0]["reason"])
     row = check_lines(lines("|".join(fields)), EVERY_TYPE).to_pylist()[0]
     return row[column], row["reason"]
+
+
+def file_rows(texts: list[str], source: SourceFile, ending: str = "\n") -> tuple[list[dict], list[dict]]:
+    """(staged, rejected) rows of a file of `texts`, each line ended by `ending`, through `parse_file`."""
+    data = "".join(t + ending for t in texts).encode()
+    staged, rejected, read = parse_file(data, BatchFile(1, 1, "f.txt", len(data), "x", None, 1), source, 1)
+    assert read == len(texts)
+    return staged.to_pylist(), rejected.to_pylist()
 
 
 @pytest.mark.parametrize(
@@ -106,8 +120,9 @@ def one_value(column: str, text: str) -> tuple[object, str]:
         ("s", " kept as written ", " kept as written "),
     ],
 )
-def test_each_type_takes_exactly_its_values(column: str, text: str, expected: object):
-    value, reason = one_value(column, text)
+@pytest.mark.parametrize("via", ["lines", "file"])
+def test_each_type_takes_exactly_its_values(column: str, text: str, expected: object, via: str):
+    value, reason = one_value(column, text, via)
     assert value == expected
     declared = EVERY_TYPE.columns[NAMES.index(column)].type
     assert reason == ("" if expected is not None else f"{column}: '{text}' is not a valid {declared}")
@@ -125,6 +140,14 @@ def test_a_value_that_does_not_convert_is_found_among_many_good_ones():
         618: "i: '2147483648' is not a valid int",
         902: "day: '2012-02-30' is not a valid date",
     }
+    staged, rejected = file_rows(texts, EVERY_TYPE, "\r\n")  # the file split whole, as the generator writes it
+    assert {r["line_no"]: (r["reason"], r["line"]) for r in rejected} == {
+        618: ("i: '2147483648' is not a valid int", texts[617]),
+        902: ("day: '2012-02-30' is not a valid date", texts[901]),
+    }
+    assert [r["line_no"] for r in staged] == [n for n in range(1, 1001) if n not in (618, 902)]
+    assert (staged[617]["line_no"], staged[617]["d"]) == (619, Decimal("1.26"))
+    assert staged[-1]["day"] == dt.date(2012, 1, 999 % 28 + 1)
     assert [r["i"] for r in rows[:3]] == [0, 1, 2]
     assert rows[618]["d"] == Decimal("1.26")
     assert rows[999]["day"] == dt.date(2012, 1, 999 % 28 + 1)
@@ -164,6 +187,64 @@ def test_parse_keeps_good_lines_and_explains_bad_ones():
         "US2|only two fields",
         source_line(src.TAX_RATE, tx_id="US3", tx_rate="abc"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("texts", "ending", "whole"),
+    [
+        (["1|a|0.5", "2|b|0.25"], "\n", True),
+        (["1|a|0.5", "2|b|0.25"], "\r\n", True),
+        (['1|"a|b"|0.5'], "\n", False),  # no quoting: four fields
+        (["1|a|0.5", "", "2|b|0.25"], "\n", False),  # an empty line
+        (["", "1|a|0.5"], "\r\n", False),
+        (["1|a|0.5", "||"], "\n", False),  # only delimiters: read like an empty line
+        (["1|a|0.5", "2|b"], "\n", False),  # a line of another width
+        (["1|a\r|0.5"], "\n", False),  # a carriage return inside a line
+        (["\ufeff1|a|0.5"], "\n", False),  # a byte order mark
+    ],
+)
+def test_a_file_is_split_whole_only_when_every_line_has_the_declared_width(texts, ending, whole):
+    data = "".join(t + ending for t in texts).encode()
+    split = split_whole(data, src.TAX_RATE)
+    assert (split is not None) == whole
+    if whole:
+        assert [c.to_pylist() for c in split] == [["1", "2"], ["a", "b"], ["0.5", "0.25"]]
+    assert split_whole(b"1|a|0.5\n2|b|0.25", src.TAX_RATE) is None  # the last line without its line ending
+    assert split_whole(b"1|\xff|0.5\n", src.TAX_RATE) is None  # not UTF-8
+    assert split_whole(b"20170704\n", src.BATCH_DATE) is None  # one column: an empty line would be a value
+
+
+def test_a_file_split_whole_or_line_by_line_gives_the_same_rows_and_reasons():
+    """The file of `test_parse_keeps_good_lines_and_explains_bad_ones` goes line by line (some lines have another
+    width); without those lines it is split whole: the rows and reasons are the ones each line gets alone."""
+    texts = [
+        source_line(src.TAX_RATE, tx_id="US1", tx_rate="0.15000"),
+        source_line(src.TAX_RATE, tx_id="US3", tx_rate="abc"),
+        source_line(src.TAX_RATE, tx_id="US4", tx_name=""),
+        source_line(src.TAX_RATE, tx_id="US6", tx_rate="12.5"),
+        source_line(src.TAX_RATE, tx_id='"US7"', tx_name='a "quoted" name'),
+        source_line(src.TAX_RATE, tx_id="", tx_rate="x"),
+    ]
+    assert split_whole("".join(t + "\n" for t in texts).encode(), src.TAX_RATE) is not None
+    odd = [
+        (7, "US2|only two fields", "expected 3 fields, found 2"),
+        (8, "", "empty line"),
+        (9, "||", "tx_id: required value is empty; tx_name: required value is empty; tx_rate: required value is empty"),
+    ]
+    for with_odd_lines in (False, True):
+        more = ["US2|only two fields", "", "||"] if with_odd_lines else []
+        staged, rejected = file_rows([*texts, *more], src.TAX_RATE)
+        assert [(r["line_no"], r["tx_id"], r["batch_id"], r["source_file"]) for r in staged] == [
+            (1, "US1", 1, "f.txt"),
+            (5, '"US7"', 1, "f.txt"),
+        ]
+        assert [(r["line_no"], r["line"], r["reason"]) for r in rejected] == [
+            (2, texts[1], "tx_rate: 'abc' is not a valid decimal(6,5)"),
+            (3, texts[2], "tx_name: required value is empty"),
+            (4, texts[3], "tx_rate: '12.5' is not a valid decimal(6,5)"),
+            (6, texts[5], "tx_id: required value is empty; tx_rate: 'x' is not a valid decimal(6,5)"),
+            *(odd if with_odd_lines else []),
+        ]
 
 
 def test_parse_types_every_declared_field():
