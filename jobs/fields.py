@@ -13,12 +13,15 @@ value per record, and are typed here, column by column, in the driver:
 - a boolean is `true`/`false`/`1`/`0` in any case; a time is `HH:mm:ss`; text is kept as written;
 - nothing is trimmed: a value with a space or a line terminator around it does not have its type's shape.
 
-A value is typed by one vectorized cast of its column. Arrow's casts reject the whole column when one value
-does not convert (an overflow, a decimal with more digits than its scale, 30 February), so a failed cast is
-retried on halves until the values that fail are cornered in runs of at most 64 (`_cast`); in those runs each
-value is cast alone, and a value the cast still rejects goes through its type's rule (`_after_cast`: a leading
-'+' of an integer, a decimal with more digits than its scale). Clean data costs one cast per column; a column
-where every value needs the rule (e.g. prices with three decimals for a scale of two) costs about 20 us a value.
+A value is typed by one vectorized cast of its column. Where no byte of the column could make Arrow's cast take a
+text outside its type's shape (an `x` of a hexadecimal integer, an `e` of a decimal's exponent; nothing for
+`yyyy-MM-dd`), the column is cast whole and its shapes are matched only if that fails (`_cast_shaped`). Arrow's
+casts reject the whole column when one value does not convert (an overflow, a decimal with more digits than its
+scale, 30 February), so a failed cast is retried on halves until the values that fail are cornered in runs of at
+most 64 (`_cast`); in those runs each value is cast alone, and a value the cast still rejects goes through its
+type's rule (`_after_cast`: a leading '+' of an integer, a decimal with more digits than its scale). Clean data
+costs one cast per column; a column where every value needs the rule (e.g. prices with three decimals for a scale
+of two) costs about 20 us a value.
 
 `Problems` gathers what is wrong with each record, in column order, into the `reason` text of a rejected record.
 """
@@ -29,6 +32,7 @@ import decimal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -103,18 +107,20 @@ def typed(raw: pa.Array, present: pa.Array, col: Column) -> Typed:
         return Typed(pc.if_else(shaped, raw, pa.scalar(None, raw.type)), pc.and_(present, pc.invert(shaped)))
     if logical in _INT_RANGE:
         kind = pa.int32() if logical == "int" else pa.int64()
-        return _cast_shaped(raw, raw, present, INTEGER_SHAPE, kind, _integer(kind))
+        return _cast_shaped(raw, raw, present, INTEGER_SHAPE, kind, _integer(kind), screen=b"x")
     if logical == "double":
         return _cast_shaped(raw, raw, present, DOUBLE_SHAPE, pa.float64(), _invalid)
     if logical in DEFAULT_PATTERNS:
         pattern = DATETIME_PATTERNS[_pattern(col)]
         iso = _iso(raw, pattern)
         if logical == "date":
-            return _cast_shaped(raw, iso, present, pattern.shape, pa.date32(), _invalid)
+            screen = b"" if not pattern.pieces else None  # the cast takes exactly yyyy-MM-dd
+            return _cast_shaped(raw, iso, present, pattern.shape, pa.date32(), _invalid, screen=screen)
         value = _cast_shaped(raw, iso, present, pattern.shape, pa.timestamp("us"), _invalid)
         return Typed(value.values.cast(pa.timestamp("us", tz="UTC")), value.invalid)  # the text is UTC
     precision, scale = decimal_precision(logical)
-    return _cast_shaped(raw, raw, present, DECIMAL_SHAPE, pa.decimal128(precision, scale), _decimal(precision, scale))
+    kind = pa.decimal128(precision, scale)
+    return _cast_shaped(raw, raw, present, DECIMAL_SHAPE, kind, _decimal(precision, scale), screen=b"e")
 
 
 class Problems:
@@ -209,13 +215,49 @@ def _iso(raw: pa.Array, pattern: DatetimePattern) -> pa.Array:
 
 
 def _cast_shaped(
-    raw: pa.Array, text: pa.Array, present: pa.Array, shape: str, to: pa.DataType, rule: Callable[[str], object]
+    raw: pa.Array,
+    text: pa.Array,
+    present: pa.Array,
+    shape: str,
+    to: pa.DataType,
+    rule: Callable[[str], object],
+    *,
+    screen: bytes | None = None,
 ) -> Typed:
     """`text` (`raw` or its ISO form) cast to `to` where `raw` has `shape` (`rule` converts a text the cast
-    rejects, or gives None); `invalid` where a present text has another shape or does not convert."""
+    rejects, or gives None); `invalid` where a present text has another shape or does not convert.
+
+    `screen`: the letters (either case) outside `shape` that Arrow's cast takes (an integer in hexadecimal, `0x1F`; a
+    decimal with an exponent, `1.5E+2`; nothing for `yyyy-MM-dd`). When no byte of `raw` is one of them, every text
+    the cast takes has the shape, so the column is cast whole first, and its shapes are matched (a regular expression
+    per value, ~10x the byte scan) only when that cast fails."""
+    if screen is not None and not _has_letters(raw, screen):
+        whole = _cast_present(text, present, to)
+        if whole is not None:
+            return Typed(whole, pc.and_(present, False))
     shaped = pc.match_substring_regex(raw, shape)
-    values = _cast(pc.if_else(shaped, text, pa.scalar(None, text.type)), to, rule)
+    values = _cast(text if pc.all(shaped).as_py() else pc.if_else(shaped, text, pa.scalar(None, text.type)), to, rule)
     return Typed(values, pc.and_(present, pc.is_null(values)))
+
+
+def _has_letters(raw: pa.Array, letters: bytes) -> bool:
+    """Whether a byte of `raw`'s data (or of the buffer around it) is one of the ASCII `letters`, in either case."""
+    data = raw.buffers()[-1]
+    if not letters or data is None:
+        return False
+    folded = np.frombuffer(data, np.uint8) | 0x20  # 'X' -> 'x'; no other byte folds onto a lower-case letter
+    return any(bool(np.any(folded == letter)) for letter in letters.lower())
+
+
+def _cast_present(text: pa.Array, present: pa.Array, to: pa.DataType) -> pa.Array | None:
+    """The present values of `text` cast to `to` in one cast (absent ones NULL), or None when some value does not
+    convert."""
+    if not pc.all(present).as_py():
+        text = pc.if_else(present, text, pa.scalar(None, text.type))
+    try:
+        return text.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 _ONE_BY_ONE = 64  # a failed cast of at most this many texts casts them one by one instead of halving

@@ -79,6 +79,8 @@ def file_rows(texts: list[str], source: SourceFile, ending: str = "\n") -> tuple
         ("i", " 4", None),
         ("i", "4\r", None),  # a stray carriage return inside a line is not a line ending
         ("i", "1e3", None),
+        ("i", "0x1F", None),  # Arrow's cast takes hexadecimal
+        ("b", "0X1F", None),
         ("b", "9223372036854775807", 9223372036854775807),
         ("b", "9223372036854775808", None),
         ("d", "1234.5", Decimal("1234.50")),
@@ -93,6 +95,7 @@ def file_rows(texts: list[str], source: SourceFile, ending: str = "\n") -> tuple
         ("d", "9999.995", None),  # rounds to 10000.00, more digits than decimal(6,2) holds
         ("d", "10000", None),
         ("d", "1e2", None),
+        ("d", "1.5E+2", None),  # Arrow's cast takes an exponent
         ("d", "-", None),
         ("day", "2012-02-29", dt.date(2012, 2, 29)),
         ("day", "2013-02-29", None),
@@ -100,6 +103,8 @@ def file_rows(texts: list[str], source: SourceFile, ending: str = "\n") -> tuple
         ("day", "2012-1-05", None),
         ("day", "2012-01-05 ", None),
         ("day", "20120105", None),
+        ("day", "+2012-01-05", None),
+        ("day", "2012-01-05T00:00:00", None),
         ("ts", "2012-01-05 23:59:59", dt.datetime(2012, 1, 5, 23, 59, 59, tzinfo=UTC)),
         ("ts", "2012-02-30 10:00:00", None),
         ("ts", "2012-01-05 24:00:00", None),
