@@ -22,7 +22,7 @@ from schemas.model import SourceFile
 # type. Other coded values are checked by the staging suites (`expectations/staging/`).
 ACTION_CODES: dict[str, tuple[str, ...]] = {"cdc_flag": ("I", "U"), "w_action": ("ACTV", "CNCL")}
 _BOM = b"\xef\xbb\xbf"  # Arrow's CSV reader would drop it; the line path keeps it in the first field
-_CSV_BLOCK = 16 << 20  # bytes the CSV reader takes at a time (a longer line is left to the line path)
+_CSV_BLOCK = 16 << 20  # bytes the CSV reader takes at a time, at most (a longer line is left to the line path)
 
 
 def check_lines(lines: pa.Table, source: SourceFile) -> pa.Table:
@@ -63,7 +63,9 @@ def split_whole(data: bytes, source: SourceFile) -> list[pa.Array] | None:
     try:
         table = csv.read_csv(
             pa.py_buffer(data),
-            read_options=csv.ReadOptions(column_names=names, use_threads=False, block_size=_CSV_BLOCK),
+            read_options=csv.ReadOptions(
+                column_names=names, use_threads=False, block_size=min(_CSV_BLOCK, len(data) + 1)
+            ),
             parse_options=csv.ParseOptions(
                 delimiter=source.delimiter,
                 quote_char=False,
