@@ -97,7 +97,7 @@ class _Cutter:
         """Characters `start` (0-based) to `stop` (excluded) of every line, fewer where a line is shorter."""
         if self._bytes is None:
             return pc.utf8_slice_codeunits(self._line, start, stop)
-        return pc.binary_slice(self._bytes, start, stop).cast(self._line.type)
+        return pc.binary_slice(self._bytes, start, stop).view(self._line.type)  # ASCII: valid text, not checked again
 
     def lengths(self) -> pa.Array:
         """Each line's length in characters."""
