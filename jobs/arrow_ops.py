@@ -121,9 +121,27 @@ def days(dates: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return arr.cast(pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+# Days a `date_ids` call converts through a table of each day's id (~270 years); a wider span is converted directly.
+_DATE_TABLE_DAYS = 100_000
+
+
 def date_ids(day_numbers: np.ndarray) -> np.ndarray:
-    """DimDate's SK_DateID (yyyymmdd) of days since 1970-01-01."""
-    as_dates = np.asarray(day_numbers, dtype="datetime64[D]")
+    """DimDate's SK_DateID (yyyymmdd) of days since 1970-01-01 (integers or numpy dates). The days of one call
+    usually span a few thousand distinct days, so each of those is converted once and the rest looked up: numpy's
+    calendar conversions cost ~0.1 us a value (SF 10 Batch1 converts ~15 M)."""
+    as_dates = np.asarray(day_numbers)
+    days = as_dates.astype("datetime64[D]").astype(np.int64) if as_dates.dtype.kind == "M" else as_dates
+    days = np.asarray(days, dtype=np.int64)
+    if days.size == 0:
+        return np.zeros(0, np.int64)
+    low, high = int(days.min()), int(days.max())
+    if high - low >= _DATE_TABLE_DAYS:
+        return _date_ids(days)
+    return _date_ids(np.arange(low, high + 1, dtype=np.int64))[days - low]
+
+
+def _date_ids(days: np.ndarray) -> np.ndarray:
+    as_dates = days.astype("datetime64[D]")
     years = as_dates.astype("datetime64[Y]").astype(np.int64) + 1970
     months = as_dates.astype("datetime64[M]").astype(np.int64) % 12 + 1
     mday = (as_dates - as_dates.astype("datetime64[M]")).astype(np.int64) + 1

@@ -152,7 +152,7 @@ class Problems:
 
     def reason(self) -> pa.Array:
         if not self._parts:
-            return pa.array([""] * self._length, self._kind)
+            return pa.repeat(pa.scalar("", self._kind), self._length)
         # '; a; b' -> 'a; b' (Arrow's join that skips NULLs drops the records whose values are all NULL, so the
         # parts are '' rather than NULL where fine)
         return pc.utf8_slice_codeunits(pc.binary_join_element_wise(*self._parts, pa.scalar("", self._kind)), 2)

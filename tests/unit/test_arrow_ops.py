@@ -123,3 +123,13 @@ def test_pieces_without_the_redelivered_lines_keep_the_staged_order_and_copy_not
     assert without_redelivered(again, stale)["text"].to_pylist() == ["F2:1", "F1:1", "F1:2 new"]
     pieces = [without_redelivered(again.slice(start, 2), stale) for start in (0, 2)]  # as read a piece at a time
     assert [p["text"].to_pylist() for p in pieces] == [["F2:1"], ["F1:1", "F1:2 new"]]
+
+
+def test_date_ids_are_yyyymmdd_of_days_since_1970_whatever_their_span_or_kind():
+    days = np.array([0, -1, 59, 11016, 11017, 17351, 17351, 47541], np.int32)  # 2000-02-29, 2017-07-04, 2100-03-01
+    expected = [19700101, 19691231, 19700301, 20000229, 20000301, 20170704, 20170704, 21000301]
+    assert ao.date_ids(days).tolist() == expected
+    assert ao.date_ids(days.astype("datetime64[D]")).tolist() == expected
+    # a span wider than the table's converts value by value: the same ids
+    assert ao.date_ids(np.array([-400_000, 11016, 400_000])).tolist() == [8741102, 20000229, 30650301]
+    assert ao.date_ids(np.array([], np.int64)).tolist() == []
