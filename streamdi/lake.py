@@ -1292,12 +1292,34 @@ def sorted_rows(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
     """`rows` sorted by `columns` (ascending, stable, nulls last); as they are (no copy) when they already stand in
     that order, as most writes do (a source's lines in file order, a step's rows built in key order) and every
     first-load feed: a sorted copy of a large table is the size of the table (SF 30's staged files in the driver)."""
-    if rows.num_rows < 2 or not columns:
+    if rows.num_rows < 2 or not columns or _in_order(rows, columns):
         return rows
     order = pc.sort_indices(rows.select(list(columns)), sort_keys=[(c, "ascending") for c in columns])
     if pc.all(pc.equal(order, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))).as_py():
         return rows
     return rows.take(order)
+
+
+def _in_order(rows: pa.Table, columns: tuple[str, ...]) -> bool:
+    """Whether `rows` already stand in the order of `columns` (ascending; equal keys in any order, as a stable sort
+    keeps them): each row's key compared with the next one's, column by column where they tie, in one pass instead
+    of a sort (SF 10 Batch1's staging appends: 14 M rows sorted only to find them in order, ~1.7 s of CPU). False when
+    unsure (a key column with NULLs or floats): the caller sorts."""
+    n = rows.num_rows
+    ties: pa.Array | None = None  # where a row's key equals the next one's on the columns so far
+    for name in columns:
+        col = rows[name]
+        if col.null_count or pa.types.is_floating(col.type):
+            return False
+        this, following = col.slice(0, n - 1), col.slice(1)  # (chunks kept: combining them copies even one)
+        descends = pc.less(following, this)
+        if pc.any(descends if ties is None else pc.and_(ties, descends)).as_py():
+            return False
+        equal = pc.equal(following, this)
+        ties = equal if ties is None else pc.and_(ties, equal)
+        if not pc.any(ties).as_py():
+            return True
+    return True
 
 
 def _one_chunk(data: pa.Table) -> pa.Table:
