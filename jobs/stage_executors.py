@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs.landing_chunks import Chunk, plan_chunks, read_chunk
-from jobs.stage_parse import FileReport, concat_as, rows_per_file
+from jobs.stage_parse import FileReport, concat_as, empty_rows, rows_per_file
 from schemas.model import Table
 from schemas.ordering import Ordering
 from schemas.quality import QUARANTINE
@@ -149,11 +149,11 @@ def stage_on_executors(
                 else quality.merged_outcome(check, [p.outcomes[check.id] for p in mine], resumed=resumed)
                 for check in suite.checks
             ]
-            quarantined = concat_as([p.quarantined for p in mine], QUARANTINE) if mine else _empty(QUARANTINE)
-            validated = quality.Validated(suite, _empty(table), quarantined, outcomes)
+            quarantined = concat_as([p.quarantined for p in mine], QUARANTINE) if mine else empty_rows(QUARANTINE)
+            validated = quality.Validated(suite, empty_rows(table), quarantined, outcomes)
         shutil.rmtree(output.side, ignore_errors=True)
         written.append((table, Written(table, per_file, validated)))
-    rejects = concat_as([r.rejects for r in results], REJECTS) if results else _empty(REJECTS)
+    rejects = concat_as([r.rejects for r in results], REJECTS) if results else empty_rows(REJECTS)
     return written, rejects, _counts(batch_id, source, files, results)
 
 
@@ -171,10 +171,6 @@ def _tasks_of(chunks: list[Chunk], task_bytes: int) -> list[list[Chunk]]:
             tasks.append([chunk])
             size = length
     return tasks
-
-
-def _empty(table: Table) -> pa.Table:
-    return table.arrow_schema().empty_table()
 
 
 @dataclass
@@ -243,7 +239,7 @@ class _TaskJob:
             side = side.append_column("_task", pa.array([position] * staged.num_rows, pa.int64()))
             side = side.append_column("_row", pa.array(range(staged.num_rows), pa.int64()))
             pq.write_table(side, Path(output.side) / f"part-{position:05d}.parquet")
-        kept, quarantined, outcomes = staged, _empty(QUARANTINE), []
+        kept, quarantined, outcomes = staged, empty_rows(QUARANTINE), []
         if output.suite is not None:
             checked = quality.local_validator().validate(output.suite, staged, self.batch_id, resumed=self.resumed)
             kept, quarantined, outcomes = checked.kept, checked.quarantined, checked.outcomes

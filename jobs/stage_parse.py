@@ -49,8 +49,8 @@ def stage_source(ctx: JobContext, batch_id: int, source: SourceFile, files: list
         staged.append(rows)
         rejected.append(bad)
         read.append(n_read)
-    staged_rows = concat_as(staged, source.staging) if staged else _empty(source.staging)
-    rejects = concat_as(rejected, REJECTS) if rejected else _empty(REJECTS)
+    staged_rows = concat_as(staged, source.staging) if staged else empty_rows(source.staging)
+    rejects = concat_as(rejected, REJECTS) if rejected else empty_rows(REJECTS)
     counts = reconcile(batch_id, source.name, files, read, [staged_rows], rejects)
     return [(source.staging, staged_rows)], rejects, counts
 
@@ -70,19 +70,23 @@ def parse_file(
     n = len(raws[0])
     numbered = with_file(pa.table({"line_no": np.arange(first_line, first_line + n, dtype=np.int64)}), bf)
     parsed, bad = fields.split_checked(delimited.check_split(numbered, raws, source), [c.name for c in source.columns])
-    staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
-    rejected = concat_as([_with_batch(bad, batch_id, source.name).select(REJECTS.column_names)], REJECTS)
-    return staged, rejected, n
+    return (*_with_lineage(parsed, [bad], source, batch_id), n)
 
 
 def parse_lines(lines: pa.Table, undecodable: pa.Table, source: SourceFile, batch_id: int) -> tuple[pa.Table, pa.Table]:
     """`(staged, rejected)` rows of a delimited source's numbered lines (`jobs.landing.file_lines`): the staging
     table's columns, and `staging.rejects`' (the lines that did not parse, and the `undecodable` ones)."""
     parsed, bad = delimited.parse_delimited(lines, source)
+    return _with_lineage(parsed, [bad, undecodable], source, batch_id)
+
+
+def _with_lineage(
+    parsed: pa.Table, bad: list[pa.Table], source: SourceFile, batch_id: int
+) -> tuple[pa.Table, pa.Table]:
+    """`(staged, rejected)`: a delimited source's parsed rows in its staging table's columns, its bad lines in
+    `staging.rejects`' columns, each with the micro-batch and the source."""
     staged = _with_batch(parsed, batch_id, source.name).select(source.staging.column_names)
-    rejected = concat_as(
-        [_with_batch(t, batch_id, source.name).select(REJECTS.column_names) for t in (bad, undecodable)], REJECTS
-    )
+    rejected = concat_as([_with_batch(t, batch_id, source.name).select(REJECTS.column_names) for t in bad], REJECTS)
     return staged, rejected
 
 
@@ -187,5 +191,6 @@ def concat_as(parts: list[pa.Table], table: Table) -> pa.Table:
     return pa.concat_tables([p.cast(table.arrow_schema()) for p in parts])
 
 
-def _empty(table: Table) -> pa.Table:
+def empty_rows(table: Table) -> pa.Table:
+    """No rows, in `table`'s declared schema."""
     return table.arrow_schema().empty_table()
