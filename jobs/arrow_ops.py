@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamdi import row_order
+
 EPOCH = dt.date(1970, 1, 1)
 
 
@@ -30,9 +32,7 @@ def lookup(keys: pa.Array | pa.ChunkedArray, table: pa.Table, key: str, value: s
 
 def sort(data: pa.Table, keys: Sequence[str]) -> pa.Table:
     """`data` sorted by `keys`, ascending, NULLs first (a total, deterministic order when `keys` identify rows)."""
-    if data.num_rows == 0:
-        return data
-    return data.sort_by([(k, "ascending", "at_start") for k in keys])
+    return row_order.sorted_by(data, keys, nulls_first=True)
 
 
 ROW = "_row_number"

@@ -55,6 +55,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, WriterPropertie
 from deltalake.transaction import AddAction
 
 from schemas.model import Table
+from streamdi import row_order
 from streamdi.delta_appends import appended_files, file_batches
 from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, last_checkpoint, log_version, table_id
 from streamdi.errors import LakeDiskFull, causes
@@ -1294,8 +1295,8 @@ def sorted_rows(rows: pa.Table, columns: tuple[str, ...]) -> pa.Table:
     first-load feed: a sorted copy of a large table is the size of the table (SF 30's staged files in the driver)."""
     if rows.num_rows < 2 or not columns or _in_order(rows, columns):
         return rows
-    order = pc.sort_indices(rows.select(list(columns)), sort_keys=[(c, "ascending") for c in columns])
-    if pc.all(pc.equal(order, pa.array(np.arange(rows.num_rows, dtype=np.uint64)))).as_py():
+    order = np.asarray(row_order.sort_indices(rows, columns, nulls_first=False), dtype=np.int64)
+    if np.array_equal(order, np.arange(rows.num_rows, dtype=np.int64)):
         return rows
     return rows.take(order)
 

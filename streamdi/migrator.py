@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 from schemas.model import Table
 from schemas.quality import QUALITY_TABLES
 from schemas.warehouse import WAREHOUSE_TABLES
+from streamdi import row_order
 from streamdi.batchlog import DONE, SKIPPED, BatchLog
 from streamdi.delta_appends import AppendedRows
 from streamdi.faults import fault_point
@@ -101,7 +102,7 @@ def net_changes(changes: pa.Table, table: Table) -> tuple[pa.Table, pa.Table]:
     # Only the key and commit columns are reordered; the kept rows are then selected in feed order with a
     # mask (no copy at all when every row is kept, as in a first load).
     sort_keys = [*key, "_commit_version"]
-    order = pc.sort_indices(effective.select(sort_keys), sort_keys=[(c, "ascending") for c in sort_keys])
+    order = row_order.sort_indices(effective, sort_keys, nulls_first=False)
     ordered = effective.select(sort_keys).take(order)
     same_key_as_next = _equal_to_next(ordered, key)
     same_commit_as_next = _equal_to_next(ordered, ["_commit_version"])

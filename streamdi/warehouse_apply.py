@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pgpq import ArrowToPostgresBinaryEncoder
@@ -21,6 +20,7 @@ from psycopg import Connection, sql
 from psycopg.copy import QueuedLibpqWriter
 
 from schemas.model import Table
+from streamdi import row_order
 from streamdi.delta_appends import AppendedRows
 from streamdi.faults import fault_point
 from streamdi.warehouse_ddl import DROP_INDEXES_FN, LEDGER_ID, METRICS_ID, REBUILD_INDEXES_FN
@@ -71,35 +71,8 @@ def _check_change(change: TableChange) -> None:
     if change.deletes.column_names != list(table.key):
         raise ValueError(f"{name}: deletes have columns {change.deletes.column_names}, expected {table.key}")
     keys = list(table.key)
-    if change.upserts.num_rows and not _keys_distinct(change.upserts.select(keys), keys):
+    if change.upserts.num_rows and not row_order.rows_distinct(change.upserts.select(keys), keys):
         raise ValueError(f"{name}: upserts hold more than one row for some key (changes must be net)")
-
-
-def _keys_distinct(keys: pa.Table, columns: list[str]) -> bool:
-    """Whether no two rows of `keys` are equal. Each column is coded by its distinct values (NULL its own code) and
-    the codes packed into one int64 per row, which a sort compares: 8 bytes a row, where a hash aggregation of the
-    rows kept a table of them all (SF 100's FactMarketHistory, 42 M keys of symbol and day: ~4 GiB). Keys whose
-    codes do not fit in 63 bits are grouped instead."""
-    packed, width = np.zeros(keys.num_rows, np.int64), 1
-    for c in columns:
-        values = keys[c]
-        distinct = pc.unique(values)
-        width *= len(distinct) + 1
-        if width >= 1 << 62:
-            return _grouped_rows(keys, columns) == keys.num_rows
-        code = pc.fill_null(pc.index_in(values, value_set=distinct.drop_null()), len(distinct))
-        packed = packed * (len(distinct) + 1) + np.asarray(code.to_numpy(zero_copy_only=False), np.int64)
-    packed.sort()
-    return not bool((packed[1:] == packed[:-1]).any())
-
-
-def _grouped_rows(data: pa.Table, columns: list[str]) -> int:
-    # Arrow's hash aggregation is ~8x slower on large_string keys than on string ones, and slower still with
-    # threads on 2 cores (FactMarketHistory at SF 3: 2.4 s, 0.27 s without both).
-    keys = data.select(columns)
-    narrow = [f.with_type(pa.string()) if pa.types.is_large_string(f.type) else f for f in keys.schema]
-    keys = keys.cast(pa.schema(narrow))
-    return keys.group_by(columns, use_threads=False).aggregate([]).num_rows
 
 
 def _apply_one(conn: Connection, change: TableChange, n: int) -> int:
