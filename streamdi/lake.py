@@ -57,7 +57,7 @@ from deltalake.transaction import AddAction
 from schemas.model import Table
 from streamdi import row_order
 from streamdi.delta_appends import appended_files, file_batches
-from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, last_checkpoint, log_version, table_id
+from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, commit_infos, last_checkpoint, log_version, table_id
 from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
@@ -609,11 +609,15 @@ class Lake:
         newest first, so with `after` the cost is the commits returned, not the table's age."""
         with self._delta(table) as delta:
             limit = None
+            entries = None
             if after is not None:
-                limit = delta.version() - after
+                latest = delta.version()
+                limit = latest - after
                 if limit <= 0:
                     return []
-            entries = delta.history(limit)
+                entries = commit_infos(self.path(table) / "_delta_log", after + 1, latest)
+            if entries is None:
+                entries = delta.history(limit)
         infos = []
         for entry in entries:
             app_id = entry.get(METADATA_APP_ID)

@@ -31,7 +31,7 @@ from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 from schemas.model import Column as C
 from schemas.model import Table
 from streamdi.delta_appends import appended_files
-from streamdi.delta_log import table_id
+from streamdi.delta_log import commit_infos, table_id
 from streamdi.lake import RESIDENT_BYTES, CommitInfo, CommitResult, Lake
 
 pytestmark = pytest.mark.integration
@@ -525,6 +525,28 @@ def test_history_after_a_version_and_recent_history_read_only_the_newest_commits
     assert [c.table_version for c in lake.recent_history(table, 25) if c.txn_version == 25] == [49, 50]
     # the first micro-batch has no earlier one: the whole history, table creation included
     assert lake.recent_history(table, 1) == lake.history(table)
+
+
+def test_history_after_a_version_is_read_from_the_commit_files_as_delta_rs_reads_it(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("from_files")
+    lake.append(table, arrow_rows(table, [row(1), row(2)]), app_id="stage/x", version=4)
+    lake.upsert(table, arrow_rows(table, [row(1, name="new"), row(3)]), app_id="T2/x", version=5)
+    lake.overwrite(table, arrow_rows(table, [row(5)]), app_id="rebuild", version=6)
+
+    by_delta_rs = [
+        CommitInfo(e["version"], e["operation"], e.get("streamdi.app_id"), int(e["streamdi.txn_version"]))
+        for e in reversed(DeltaTable(str(lake.path(table))).history(3))
+    ]
+    assert lake.history(table, after=0) == by_delta_rs
+    assert [(c.table_version, c.operation, c.app_id, c.txn_version) for c in by_delta_rs] == [
+        (1, "WRITE", "stage/x", 4),
+        (2, "MERGE", "T2/x", 5),
+        (3, "WRITE", "rebuild", 6),
+    ]
+    log_dir = lake.path(table) / "_delta_log"
+    assert [i["version"] for i in commit_infos(log_dir, 2, 3)] == [3, 2]  # newest first, as delta-rs gives them
+    assert commit_infos(log_dir, 2, 4) is None  # a commit file that is not there: the caller asks delta-rs
 
 
 def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_path(lake_dir):
