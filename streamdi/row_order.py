@@ -73,7 +73,8 @@ def rows_distinct(data: pa.Table, keys: Sequence[str]) -> bool:
     if coded < len(keys):
         return data.select(list(keys)).group_by(list(keys), use_threads=False).aggregate([]).num_rows == data.num_rows
     if len(groups) == 1:
-        ranked = np.sort(groups[0])
+        ranked = groups[0]
+        ranked.sort()  # in place: the codes are this call's own
         return not bool((ranked[1:] == ranked[:-1]).any())
     return not _ties(groups, _ordered(groups))
 
@@ -94,7 +95,9 @@ def _packed(data: pa.Table, keys: Sequence[str], *, nulls_first: bool) -> tuple[
             return [codes], 1, True
         coded += 1
         if packed is not None and span * size < _PACKED_LIMIT:
-            packed, span = packed * size + codes, span * size
+            packed *= size  # in place: every code array is made here (SF 100's 42 M keys: 336 MB each)
+            packed += codes
+            span *= size
             continue
         if packed is not None:
             groups.append(packed)
