@@ -9,6 +9,9 @@ FactMarketHistory, 12.6 M rows, 2.3 GiB of Arrow data: the process's RSS 3.6 GiB
 files, a deletion vector, a file given by a URI (outside the table's folder), a commit whose JSON file is gone
 (cleaned up after a checkpoint) -- returns None, and the caller asks delta-rs.
 
+`changed_files` finds the files of any range's feed the same way (change data files, or added and removed files),
+so that `Lake.changes` reads a MERGE's feed with pyarrow too.
+
 `AppendedRows` is such a range's rows read from the files only when asked: a first load's migration streams a big
 table into PostgreSQL's COPY from it instead of holding the table (`streamdi.migrator`).
 """
@@ -57,6 +60,44 @@ def _added(table_path: Path, start: int, end: int) -> list[tuple[int, list[tuple
             elif kind not in NO_ROWS:
                 return None
         out.append((version, files))
+    return out
+
+
+def changed_files(table_path: Path, start: int, end: int) -> list[tuple[int, list[tuple[Path, str | None]]]] | None:
+    """Per version in [start, end], the files that hold its change data feed, read from the commit files as Delta's
+    protocol defines the feed: a commit with change data files (`cdc` actions: a MERGE's updates, deletes and
+    inserts, each row with its `_change_type`) has exactly their rows; any other commit has its added files' rows as
+    inserts and its removed files' rows as deletes (an append, an overwrite); files added or removed without a
+    change of data (compaction) are not in the feed. A file is paired with its change type, None for a change data
+    file. delta-rs's `load_cdf` plans each read with DataFusion, ~40 ms even for a feed of a few rows, with
+    Python's lock held much of it. None for what this does not read (a deletion vector, a partition value, a file
+    outside the table's folder, a commit or removed file that is gone): the caller asks delta-rs."""
+    out = []
+    for version in range(start, end + 1):
+        try:
+            text = (table_path / "_delta_log" / f"{version:020d}.json").read_text()
+        except FileNotFoundError:
+            return None
+        data: list[tuple[Path, str | None]] = []
+        changes: list[tuple[Path, str | None]] = []
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            ((kind, action),) = json.loads(line).items()
+            if kind in NO_ROWS:
+                continue
+            if kind not in ("add", "remove", "cdc") or action.get("deletionVector") or action.get("partitionValues"):
+                return None
+            if "://" in action["path"]:
+                return None
+            file = table_path / unquote(action["path"])
+            if kind == "cdc":
+                changes.append((file, None))
+            elif action.get("dataChange", True):
+                if kind == "remove" and not file.exists():
+                    return None  # vacuumed: its rows are gone
+                data.append((file, "insert" if kind == "add" else "delete"))
+        out.append((version, changes or data))
     return out
 
 

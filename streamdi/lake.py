@@ -56,7 +56,7 @@ from deltalake.transaction import AddAction
 
 from schemas.model import Table
 from streamdi import row_order
-from streamdi.delta_appends import appended_files, file_batches
+from streamdi.delta_appends import appended_files, changed_files, file_batches
 from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, commit_infos, last_checkpoint, log_version, table_id
 from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
@@ -596,6 +596,9 @@ class Lake:
         appended = appended_files(self.path(table), start_version, last)
         if appended is not None:  # only rows added: the feed is their files' rows (`streamdi.delta_appends`)
             return pa.Table.from_batches(_inserts(appended, schema), schema)
+        changed = changed_files(self.path(table), start_version, last)
+        if changed is not None:  # the change data files and the files added and removed, read here
+            return pa.Table.from_batches(_changed_rows(changed, schema), schema)
         with self._delta(table) as delta:
             reader = delta.load_cdf(starting_version=start_version, ending_version=last, columns=schema.names)
             # delta-rs returns string views and its own integer widths; give callers the declared types. Each batch
@@ -1215,6 +1218,26 @@ def _inserts(appended: list[tuple[int, list[Path]]], schema: pa.Schema) -> Itera
                 ],
                 schema=schema,
             )
+
+
+def _changed_rows(
+    changed: list[tuple[int, list[tuple[Path, str | None]]]], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """The change feed (in `schema`, as `_inserts`) of the files `delta_appends.changed_files` found: a change data
+    file's rows with their own change type, an added or removed file's rows as inserts or deletes of its commit; in
+    the order of the commits, of the files in each, and of the rows in each file."""
+    names = schema.names[: -len(CHANGE_COLUMNS)]
+    declared = pa.schema([schema.field(n) for n in names])
+    with_type = pa.schema([*declared, schema.field("_change_type")])
+    for version, files in changed:
+        for file, change in files:
+            for batch in file_batches([file], declared if change else with_type):
+                n = batch.num_rows
+                kind = batch.column(len(names)) if change is None else pa.nulls(n, pa.string()).fill_null(change)
+                columns = batch.columns[: len(names)]
+                yield pa.RecordBatch.from_arrays(
+                    [*columns, kind, pa.array(np.full(n, version, dtype=np.int64))], schema=schema
+                )
 
 
 def within_range(column: str, values: pa.Array | pa.ChunkedArray) -> pc.Expression:

@@ -30,7 +30,7 @@ from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from schemas.model import Column as C
 from schemas.model import Table
-from streamdi.delta_appends import appended_files
+from streamdi.delta_appends import appended_files, changed_files
 from streamdi.delta_log import commit_infos, table_id
 from streamdi.lake import RESIDENT_BYTES, CommitInfo, CommitResult, Lake
 
@@ -547,6 +547,48 @@ def test_history_after_a_version_is_read_from_the_commit_files_as_delta_rs_reads
     log_dir = lake.path(table) / "_delta_log"
     assert [i["version"] for i in commit_infos(log_dir, 2, 3)] == [3, 2]  # newest first, as delta-rs gives them
     assert commit_infos(log_dir, 2, 4) is None  # a commit file that is not there: the caller asks delta-rs
+
+
+def delta_rs_feed(lake: Lake, table: Table, start: int, end: int, schema: pa.Schema) -> pa.Table:
+    delta = DeltaTable(str(lake.path(table)))
+    reader = delta.load_cdf(starting_version=start, ending_version=end, columns=schema.names)
+    batches = pa.RecordBatchReader.from_stream(reader)
+    return pa.Table.from_batches([b.select(schema.names).cast(schema) for b in batches], schema)
+
+
+def test_change_feed_read_from_the_commits_files_equals_delta_rs_feed(lake_dir):
+    lake = Lake(lake_dir)
+    table = lake_table("feed_files")
+    lake.append(table, arrow_rows(table, [row(i) for i in range(1, 6)]), app_id="a", version=1)  # v1
+    lake.upsert(  # v2: a MERGE that updates 2, inserts 6 and deletes 3
+        table, arrow_rows(table, [row(2, name="two"), row(6)]), app_id="m", version=2, deletes=pa.table({"id": [3]})
+    )
+    lake.overwrite(table, arrow_rows(table, [row(7), row(8)]), app_id="o", version=3)  # v3
+    lake.upsert(table, arrow_rows(table, [row(8, name="eight"), row(9)]), app_id="m", version=4)  # v4
+
+    changed = changed_files(lake.path(table), 2, 4)
+    assert [(v, [kind for _, kind in files]) for v, files in changed] == [
+        (2, [None]),  # the MERGE's change data file: its rows carry their own change type
+        (3, ["delete", "insert"]),  # the overwrite: the file the MERGE left, removed; its new file
+        (4, [None]),
+    ]
+    for start, end in [(2, 2), (2, 4), (3, 3), (4, 4)]:
+        mine = lake.changes(table, start, end)
+        theirs = delta_rs_feed(lake, table, start, end, mine.schema)
+        order = [("_commit_version", "ascending"), ("id", "ascending"), ("_change_type", "ascending")]
+        assert mine.sort_by(order).equals(theirs.sort_by(order)), (start, end)
+    update = lake.changes(table, 2, 2).sort_by([("id", "ascending"), ("_change_type", "ascending")])
+    assert [(r["id"], r["name"], r["_change_type"]) for r in update.to_pylist()] == [
+        (2, "two", "update_postimage"),
+        (2, "name-2", "update_preimage"),
+        (3, "name-3", "delete"),
+        (6, "name-6", "insert"),
+    ]
+
+    removed = [file for file, kind in changed[1][1] if kind == "delete"]
+    removed[0].unlink()  # as a vacuum would: the overwrite's deleted rows are gone, delta-rs is asked
+    assert changed_files(lake.path(table), 3, 3) is None
+    assert changed_files(lake.path(table), 4, 4) is not None
 
 
 def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_path(lake_dir):
