@@ -130,10 +130,18 @@ def match_key(rows: pa.Table) -> pa.Array:
 
 
 def effective_lines(lines: pa.Table) -> pa.Table:
-    """One line per (agencyid, source_batch): the greatest of the snapshot's lines of the prospect, normalized."""
-    kept = lines.select(["agencyid", "source_batch", *FIELDS])
-    ordered = ao.sort(normalized(kept), ["agencyid", "source_batch", *FIELDS])
-    return ao.last_of_groups(ordered, ["agencyid", "source_batch"])
+    """One line per (agencyid, source_batch), in that order: the greatest of the snapshot's lines of the prospect,
+    normalized. Only the prospects a snapshot lists more than once are ordered by every field (a snapshot lists
+    nearly every prospect once: sorting all of its ~30,000 lines per SF 6 batch by 21 columns cost ~0.1 s)."""
+    group = ["agencyid", "source_batch"]
+    ordered = ao.sort(normalized(lines.select([*group, *FIELDS])), group)
+    starts = ao.group_starts(ordered, group)
+    sizes = np.diff(np.r_[starts, ordered.num_rows])
+    if ordered.num_rows == 0 or sizes.max() == 1:
+        return ordered
+    repeated = np.repeat(sizes > 1, sizes)
+    greatest = ao.last_of_groups(ao.sort(ordered.filter(repeated), [*group, *FIELDS]), group)
+    return ao.sort(pa.concat_tables([ordered.filter(~repeated), greatest]), group)
 
 
 def prospect_rows(
