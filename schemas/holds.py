@@ -52,8 +52,10 @@ MARKET_SLICES = Table(
     ),
     key=("symbol", "level", "block"),
     order_by=("level", "block", "symbol"),
-    # a new day changes the last block of each level: a micro-batch's MERGE rewrites those files, not the table
-    file_bytes=1024 * 1024,
+    # a new day changes the last block of each level: a micro-batch's MERGE rewrites those files, not the table; in
+    # files of 256 KB, not 1 MB (twelve MERGEs of SF 6 micro-batches: 0.31 -> 0.11-0.13 s each, 416,000 -> 79,000-
+    # 113,000 rows copied), as the eight levels' last blocks are eight places in the declared order
+    file_bytes=256 * 1024,
     resident=True,  # T4 reads the slices of the micro-batch's securities, scattered over the table
     doc="Per-security slices of DailyMarket (highs and lows of aligned blocks of days) for the 52-week windows.",
 )

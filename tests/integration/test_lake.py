@@ -326,6 +326,30 @@ def test_upsert_of_new_keys_only_is_an_append_with_the_same_rows_feed_and_replay
     assert DeltaTable(str(lake.path(plain))).history()[0]["operation"] == "MERGE"
 
 
+def test_pieces_are_written_as_files_of_about_the_tables_file_size_in_key_order(lake_dir):
+    """A first load written a piece at a time gives a table with its own file size consecutive files of about that
+    size, so that a MERGE of a few keys rewrites only the file that holds them."""
+    lake = Lake(lake_dir)
+    table = dataclasses.replace(lake_table("pieces_sized"), file_bytes=64 * 1024)
+    rows = [row(i, name=f"name-{i:06d}-{'x' * (i % 23)}") for i in range(40_000)]
+    pieces = lake.pieces(table, app_id="T9/sized", version=1)
+    pieces.add(arrow_rows(table, list(reversed(rows[:20_000]))))
+    pieces.add(arrow_rows(table, rows[20_000:]))
+    pieces.commit()
+
+    actions = pa.table(DeltaTable(str(lake.path(table))).get_add_actions(flatten=True))
+    ranges = sorted(zip(actions["min.id"].to_pylist(), actions["max.id"].to_pylist(), strict=True))
+    assert len(ranges) >= 6
+    assert ranges[0][0] == 0 and ranges[-1][1] == 39_999
+    assert all(high + 1 == low for (_, high), (low, _) in zip(ranges, ranges[1:], strict=False))  # in a row
+    assert max(actions["size_bytes"].to_pylist()) < 2 * 64 * 1024
+    assert lake.read_arrow(table).sort_by("id").to_pylist() == rows
+
+    lake.upsert(table, arrow_rows(table, [row(39_990, name="changed")]), app_id="merge", version=1)
+    last = DeltaTable(str(lake.path(table))).history()[0]
+    assert last["operation"] == "MERGE" and last["operationMetrics"]["num_target_files_removed"] == 1
+
+
 def test_upsert_of_rows_equal_to_the_target_changes_nothing_and_still_records_the_transaction(lake_dir):
     lake = Lake(lake_dir)
     table = lake_table("upsert_equal")
