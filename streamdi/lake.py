@@ -58,6 +58,7 @@ from schemas.model import Table
 from streamdi import row_order
 from streamdi.delta_appends import appended_files, changed_files, file_batches
 from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, commit_infos, last_checkpoint, log_version, table_id
+from streamdi.delta_merge import merge_in_order, rows_per_file
 from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
@@ -829,7 +830,7 @@ class Lake:
         scratch.mkdir(parents=True, exist_ok=True)
         schema = table.arrow_schema()
         data = _sorted(rows.select(schema.names).cast(schema), table)
-        step = _rows_per_file(data, table.file_bytes)
+        step = rows_per_file(data, table.file_bytes)
         for part, start in enumerate(range(0, data.num_rows, step)):
             written = scratch / f"part-{position:05d}-{part:05d}.{PIECE}.parquet"
             pq.write_table(data.slice(start, step), written, row_group_size=ROW_GROUP_ROWS, compression="snappy")
@@ -920,6 +921,12 @@ class Lake:
             # no row's key is in the table yet: the MERGE would insert them all, which an append does at a
             # fraction of the cost (facts of new days, holdings of new trades; a MERGE costs 0.1-0.2 s however small)
             write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
+        elif (
+            mode == "merge"
+            and doomed is None
+            and merge_in_order(delta, table, self.path(table), data, props, self._held(table))
+        ):
+            pass  # merged keeping the files in the declared order (`streamdi.delta_merge`)
         elif mode == "merge":
             read_version = delta.version()
             self._merge(delta, table, data, props, doomed)
@@ -931,6 +938,12 @@ class Lake:
                 write_deltalake(delta, empty, mode="append", commit_properties=props, writer_properties=WRITER)
         else:
             write_deltalake(delta, data, mode=mode, commit_properties=props, writer_properties=WRITER)
+
+    def _held(self, table: Table) -> Callable[[str], pa.Table | None]:
+        """The rows of one of `table`'s data files (path relative to the table) when held in memory, else None."""
+        path = self.path(table)
+        stamp = table_id(path)
+        return lambda file: self._file_rows.get((path, stamp, file)) if table.resident and stamp else None
 
     def _keys_present(self, delta: DeltaTable, table: Table, data: pa.Table) -> bool:
         """Whether a key of `data` is in the table (`_rows_with_keys`); a key of strings only is taken as present,
@@ -1185,16 +1198,6 @@ class PieceFiles:
         if not self.written:  # nothing of an earlier attempt's may be committed
             self.lake.discard_written(self.table, app_id=self.app_id, version=self.version)
         return self.lake.append_written(self.table, app_id=self.app_id, version=self.version)
-
-
-def _rows_per_file(data: pa.Table, file_bytes: int | None, sample_rows: int = 16_384) -> int:
-    """Rows of `data` per Parquet file of about `file_bytes` (all of them when None), from the size of its first
-    `sample_rows` rows written alone."""
-    if file_bytes is None or data.num_rows <= sample_rows:
-        return max(data.num_rows, 1)
-    sink = pa.BufferOutputStream()
-    pq.write_table(data.slice(0, sample_rows), sink, row_group_size=ROW_GROUP_ROWS, compression="snappy")
-    return max(int(file_bytes * sample_rows / sink.getvalue().size), 1)
 
 
 def _file_stem(app_id: str, version: int) -> str:

@@ -6,8 +6,9 @@ committed without them would be read by every filtered read. delta-rs computes t
 file Spark wrote, `delta_stats` derives them from the row groups' statistics in the file's footer (no data is read).
 
 Bounds are written only where they are exact in Delta's JSON: integers, floating point numbers (not NaN), dates,
-booleans, strings, and decimals of up to 15 digits (a JSON number of more digits may come back rounded, and a bound
-rounded the wrong way would skip a file that holds a match). Other columns get their null count only, which Delta
+timestamps of up to microseconds (in UTC, with six decimals), booleans, strings, and decimals of up to 15 digits (a
+JSON number of more digits may come back rounded, and a bound rounded the wrong way would skip a file that holds a
+match). Other columns get their null count only, which Delta
 allows: a reader then reads the file for any condition on them.
 """
 
@@ -74,6 +75,7 @@ def _boundable(kind: pa.DataType) -> bool:
         pa.types.is_integer(kind)
         or pa.types.is_floating(kind)
         or pa.types.is_date32(kind)
+        or (pa.types.is_timestamp(kind) and kind.unit in ("s", "ms", "us"))
         or pa.types.is_boolean(kind)
         or pa.types.is_string(kind)
         or pa.types.is_large_string(kind)
@@ -85,6 +87,9 @@ def _exact(value: Any) -> bool:
 
 
 def _json_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime):  # before `date`, of which it is a kind
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
