@@ -20,9 +20,11 @@ inserts, in a `_change_data/` file), the app transaction and the commit metadata
 protocol defines it (remove and add actions with statistics, a `cdc` action, `txn`, `commitInfo`) and created only if
 no commit of that version exists yet. It runs under the table's lock (`Lake._checked_commit`); files written by an
 attempt that died before its commit are in no commit (vacuum removes them), and a replay is skipped by the app
-transaction as any other commit. It applies to tables of reader version 1 and writer version up to 4 (change data
-feed; no deletion vectors, no column mapping, no partitions), to upserts without deletes, and while the files to read
-are under `MAX_READ_BYTES`; elsewhere `merge_in_order` returns False and delta-rs merges.
+transaction as any other commit. An upsert's deletes (keys whose rows go) are part of the same commit: their files
+are rewritten without them and the feed has their rows as deletes. It applies to tables of reader version 1 and
+writer version up to 4 (change data feed; no deletion vectors, no column mapping, no partitions), to upserts that do
+not also delete one of their keys, and while the files to read are under `MAX_READ_BYTES`; elsewhere
+`merge_in_order` returns False and delta-rs merges.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ CHANGE_TYPE = "_change_type"
 CHANGE_DIR = "_change_data"
 
 Held = Callable[[str], pa.Table | None]  # a data file's rows when held in memory, else None
+Hold = Callable[[str, pa.Table], None]  # be given the rows of a data file just committed
 
 
 def rows_per_file(data: pa.Table, file_bytes: int | None, sample_rows: int = 16_384) -> int:
@@ -70,35 +73,49 @@ def rows_per_file(data: pa.Table, file_bytes: int | None, sample_rows: int = 16_
 
 
 def merge_in_order(
-    delta: DeltaTable, table: Table, path: Path, source: pa.Table, props: CommitProperties, held: Held
+    delta: DeltaTable,
+    table: Table,
+    path: Path,
+    source: pa.Table,
+    props: CommitProperties,
+    held: Held,
+    doomed: pa.Table | None = None,
+    hold: Hold | None = None,
 ) -> bool:
     """MERGE `source` (the table's declared columns, one row per key) into `delta`, the latest snapshot of `table` at
-    `path`, as the module's text says; False when it does not apply (nothing written)."""
+    `path`, and delete the rows of the keys `doomed` names (keys the table lacks are let be), as the module's text
+    says; False when it does not apply (nothing written). Once committed, `hold` is given each written file's rows
+    (a resident table's reader then need not read them back)."""
     if not _applies(delta, table):
         return False
     schema = table.arrow_schema()
+    key = list(table.key)
     source = source.select(schema.names).cast(schema)
+    doomed = (doomed if doomed is not None else source.slice(0, 0)).select(key).cast(source.select(key).schema)
+    if doomed.num_rows and source.join(doomed, keys=key, join_type="left semi").num_rows:
+        return False  # a key both upserted and deleted: delta-rs's MERGE says what that means
     actions = pa.table(delta.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return False
     files = [unquote(p) for p in actions["path"].to_pylist()]
     sizes = np.asarray(actions["size_bytes"].to_pylist(), dtype=np.int64)
-    reach = _reached(actions, table, source)
+    reach = _reached(actions, table, pa.concat_tables([source.select(key), doomed]))
     if sizes[reach].sum() > MAX_READ_BYTES:
         return False
     read = np.flatnonzero(reach)
     parts = [_rows(path, files[i], schema, held) for i in read]
     target = pa.concat_tables(parts) if parts else schema.empty_table()
     file_of = np.repeat(read, [p.num_rows for p in parts]).astype(np.int64)
-    t_rows, s_rows = _matches(target, source, list(table.key))
+    t_rows, s_rows = _matches(target, source, key)
     differs = _differ(target.take(t_rows), source.take(s_rows), [c for c in schema.names if c not in table.key])
     changed_t, changed_s = t_rows[differs], s_rows[differs]
     inserted = np.setdiff1d(np.arange(source.num_rows), s_rows)
-    if len(changed_t) == 0 and len(inserted) == 0:
-        _commit(path, delta, props, [], [], None, _metrics(source, 0, 0, 0, 0, 0))
+    deleted_t, _ = _matches(target, doomed, key)
+    if len(changed_t) == 0 and len(inserted) == 0 and len(deleted_t) == 0:
+        _commit(path, delta, props, [], [], None, _metrics(source, 0, 0, 0, 0, 0, 0))
         return True
 
-    rewritten = set(np.unique(file_of[changed_t]).tolist())
+    rewritten = set(np.unique(file_of[np.concatenate([changed_t, deleted_t])]).tolist())
     first = table.order_by[0]
     lows, _ = _bounds(actions, first)
     inserts = source.take(pa.array(inserted, pa.int64()))
@@ -115,17 +132,22 @@ def merge_in_order(
     in_rewritten = np.isin(file_of, sorted(rewritten))
     keep = in_rewritten.copy()
     keep[changed_t] = False
+    keep[deleted_t] = False
     merged = pa.concat_tables([target.filter(pa.array(keep)), source.take(pa.array(changed_s, pa.int64())), inserts])
     merged = merged.take(row_order.sort_indices(merged, list(table.order_by), nulls_first=False))
     untouched_lows = None if lows is None else np.sort(np.delete(lows, sorted(rewritten)))
     name = f"{_stem(props)}-{uuid.uuid4().hex[:12]}"
-    added = _write_runs(path, merged, table, first, untouched_lows, name)
-    change = _change_file(path, target, changed_t, source, changed_s, inserts, name)
+    written = _write_runs(path, merged, table, first, untouched_lows, name)
+    added = [entry for entry, _ in written]
+    change = _change_file(path, target, changed_t, source, changed_s, inserts, deleted_t, name)
     fault_point("lake.merge_files_written")  # a crash here leaves files no commit names
     removed = [(files[i], int(sizes[i])) for i in sorted(rewritten)]
-    copied = int(in_rewritten.sum()) - len(changed_t)
-    metrics = _metrics(source, len(inserted), len(changed_t), copied, len(added), len(removed))
+    copied = int(in_rewritten.sum()) - len(changed_t) - len(deleted_t)
+    metrics = _metrics(source, len(inserted), len(changed_t), len(deleted_t), copied, len(added), len(removed))
     _commit(path, delta, props, removed, added, change, metrics)
+    if hold is not None:
+        for (file, *_), rows in written:
+            hold(file, rows)
     return True
 
 
@@ -244,9 +266,9 @@ def _joined_by_inserts(
 
 def _write_runs(
     path: Path, rows: pa.Table, table: Table, first: str, untouched_lows: np.ndarray | None, name: str
-) -> list[tuple[str, int, int, str]]:
+) -> list[tuple[tuple[str, int, int, str], pa.Table]]:
     """Write the sorted `rows` as data files: cut where a file left alone starts between two rows, then into files
-    of about the table's size. Returns (file, bytes, modification time in ms, statistics JSON) of each."""
+    of about the table's size. Returns ((file, bytes, modification time in ms, statistics JSON), rows) of each."""
     cuts = [0, rows.num_rows]
     values = _as_int64(rows[first]) if untouched_lows is not None else None
     if values is not None and len(untouched_lows) and rows.num_rows > 1:
@@ -260,9 +282,9 @@ def _write_runs(
     for start, end in zip(cuts, cuts[1:], strict=False):
         for piece in range(start, end, step):
             file = f"part-{len(out):05d}-{name}.snappy.parquet"
-            chunk = rows.slice(piece, min(step, end - piece))
+            chunk = rows.slice(piece, min(step, end - piece)).combine_chunks()
             pq.write_table(chunk, path / file, row_group_size=ROW_GROUP_ROWS, compression="snappy")
-            out.append(_added(path, file, schema))
+            out.append((_added(path, file, schema), chunk))
     return out
 
 
@@ -279,13 +301,16 @@ def _change_file(
     source: pa.Table,
     changed_s: np.ndarray,
     inserts: pa.Table,
+    deleted_t: np.ndarray,
     name: str,
 ) -> tuple[str, int]:
-    """Write the change data feed of the MERGE (pre- and post-images of the updated rows, the inserted rows)."""
+    """Write the change data feed of the MERGE (pre- and post-images of the updated rows, the inserted rows, the
+    deleted ones)."""
     parts = [
         (target.take(pa.array(changed_t, pa.int64())), "update_preimage"),
         (source.take(pa.array(changed_s, pa.int64())), "update_postimage"),
         (inserts, "insert"),
+        (target.take(pa.array(deleted_t, pa.int64())), "delete"),
     ]
     typed = [
         rows.append_column(CHANGE_TYPE, pa.array([kind] * rows.num_rows, pa.large_string())) for rows, kind in parts
@@ -303,12 +328,14 @@ def _stem(props: CommitProperties) -> str:
     return "".join(c if c.isalnum() else "-" for c in text).strip("-")
 
 
-def _metrics(source: pa.Table, inserted: int, updated: int, copied: int, added: int, removed: int) -> dict:
+def _metrics(
+    source: pa.Table, inserted: int, updated: int, deleted: int, copied: int, added: int, removed: int
+) -> dict:
     return {
         "num_source_rows": source.num_rows,
         "num_target_rows_inserted": inserted,
         "num_target_rows_updated": updated,
-        "num_target_rows_deleted": 0,
+        "num_target_rows_deleted": deleted,
         "num_target_rows_copied": copied,
         "num_target_files_added": added,
         "num_target_files_removed": removed,

@@ -921,10 +921,8 @@ class Lake:
             # no row's key is in the table yet: the MERGE would insert them all, which an append does at a
             # fraction of the cost (facts of new days, holdings of new trades; a MERGE costs 0.1-0.2 s however small)
             write_deltalake(delta, data, mode="append", commit_properties=props, writer_properties=WRITER)
-        elif (
-            mode == "merge"
-            and doomed is None
-            and merge_in_order(delta, table, self.path(table), data, props, self._held(table))
+        elif mode == "merge" and merge_in_order(
+            delta, table, self.path(table), data, props, self._held(table), doomed, self._hold(table)
         ):
             pass  # merged keeping the files in the declared order (`streamdi.delta_merge`)
         elif mode == "merge":
@@ -944,6 +942,15 @@ class Lake:
         path = self.path(table)
         stamp = table_id(path)
         return lambda file: self._file_rows.get((path, stamp, file)) if table.resident and stamp else None
+
+    def _hold(self, table: Table) -> Callable[[str, pa.Table], None] | None:
+        """Where a MERGE puts the rows of the files it wrote for `table`, when the table is resident and some of its
+        files are held (`_whole`): the next read of the version takes them instead of reading the files back."""
+        path = self.path(table)
+        stamp = table_id(path)
+        if not table.resident or stamp is None or not self._file_rows.weight_where(lambda k: k[:2] == (path, stamp)):
+            return None
+        return lambda file, rows: self._file_rows.put((path, stamp, file), rows)
 
     def _keys_present(self, delta: DeltaTable, table: Table, data: pa.Table) -> bool:
         """Whether a key of `data` is in the table (`_rows_with_keys`); a key of strings only is taken as present,

@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
@@ -70,8 +71,9 @@ def ranges(path: Path, column: str = "id") -> list[tuple]:
     return sorted(zip(actions[f"min.{column}"].to_pylist(), actions[f"max.{column}"].to_pylist(), strict=True))
 
 
-def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_merge(lake_dir):
-    lake = Lake(lake_dir)
+@pytest.mark.parametrize("with_deletes", [False, True])
+def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_merge(tmp_path, with_deletes):
+    lake = Lake(tmp_path)
     path = lake.path(TABLE)
     model = {i: row(i) for i in range(0, 6_000, 2)}
     lake.append(TABLE, rows_of(list(model.values())), app_id="load", version=1)
@@ -86,9 +88,15 @@ def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_m
         source = changes + [model[i] for i in equal] + [row(i) for i in inside + beyond]
         pick.shuffle(source)
         before = {i: model[i] for i in updated}
+        left = sorted(set(model) - set(updated) - set(equal))
+        deleted = pick.sample(left, 25) if with_deletes else []
+        gone = {i: model.pop(i) for i in deleted}
         model.update({r["id"]: r for r in source})
+        doomed = (
+            pa.table({"id": pa.array([*deleted, 999_999], pa.int64())}) if with_deletes else None
+        )  # 999,999: absent
 
-        result = lake.upsert(TABLE, rows_of(source), app_id="merge", version=version)
+        result = lake.upsert(TABLE, rows_of(source), app_id="merge", version=version, deletes=doomed)
         assert result.committed
         assert lake.read_arrow(TABLE).sort_by("id").to_pylist() == [model[i] for i in sorted(model)]
         commit = DeltaTable(str(path)).history(1)[0]
@@ -97,6 +105,7 @@ def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_m
             [(i, 0, before[i]["name"], before[i]["amount"]) for i in updated]
             + [(i, 1, model[i]["name"], model[i]["amount"]) for i in updated]
             + [(i, 2, model[i]["name"], model[i]["amount"]) for i in inside + beyond]
+            + [(i, 3, gone[i]["name"], gone[i]["amount"]) for i in deleted]
         )
         table_version = result.table_version
         assert feed_of(lake, table_version) == expected
@@ -177,13 +186,32 @@ def test_a_crash_between_the_files_and_the_commit_leaves_the_table_and_the_rerun
     assert {next(iter(json.loads(line))) for line in logged} == {"commitInfo", "txn", "remove", "add", "cdc"}
 
 
-@pytest.mark.parametrize("deletes", [True, False])
-def test_tables_it_does_not_serve_are_merged_by_delta_rs(tmp_path, deletes):
-    """An upsert with deletes, or into a table without its own file size, is delta-rs's MERGE."""
+def test_a_table_without_its_own_file_size_is_merged_by_delta_rs(tmp_path):
     lake = Lake(tmp_path)
-    table = TABLE if deletes else Table(**{**TABLE.__dict__, "name": "merged_by_delta_rs", "file_bytes": None})
+    table = Table(**{**TABLE.__dict__, "name": "merged_by_delta_rs", "file_bytes": None})
     lake.append(table, rows_of([row(i) for i in range(20)], table), app_id="load", version=1)
-    gone = rows_of([row(4)], table).select(["id"]) if deletes else None
+    gone = rows_of([row(4)], table).select(["id"])
     lake.upsert(table, rows_of([row(2, name="x")], table), app_id="merge", version=1, deletes=gone)
     commit = DeltaTable(str(lake.path(table))).history(1)[0]
     assert commit["operation"] == "MERGE" and "writer" not in commit["operationParameters"]
+    assert lake.read_arrow(table).sort_by("id").to_pylist() == [
+        row(i, name="x" if i == 2 else None) for i in range(20) if i != 4
+    ]
+
+
+def test_a_held_table_is_given_the_rows_of_the_files_its_merge_wrote(tmp_path):
+    """A resident table whose files are held gets the rows of the files the MERGE wrote: with every data file moved
+    away afterwards, the new version is still read whole, from memory."""
+    lake = Lake(tmp_path / "lake")
+    table = Table(**{**TABLE.__dict__, "name": "held_in_order", "resident": True})
+    lake.append(table, rows_of([row(i) for i in range(1_000)], table), app_id="load", version=1)
+    for _ in range(3):  # read from its files until holding it pays, then held
+        lake.read_where(table, pc.field("id") == 3, ["id"])
+    lake.upsert(table, rows_of([row(3, name="changed"), row(2_000)], table), app_id="merge", version=1)
+    away = tmp_path / "away"
+    away.mkdir()
+    for file in lake.path(table).glob("*.parquet"):
+        file.rename(away / file.name)
+    got = lake.read_where(table, pc.field("id") >= 0, ["id", "name"]).sort_by("id")
+    assert got.num_rows == 1_001 and got.to_pylist()[3] == {"id": 3, "name": "changed"}
+    assert got.to_pylist()[-1] == {"id": 2_000, "name": "name-002000"}
