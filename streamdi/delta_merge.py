@@ -51,7 +51,7 @@ from streamdi.parquet_stats import delta_stats
 if TYPE_CHECKING:  # the handle and commit properties come from `streamdi.lake`, the one deltalake importer
     from deltalake import CommitProperties, DeltaTable
 
-MAX_READ_BYTES = 256 * 1024 * 1024  # Parquet bytes of the files a MERGE may read here (the rest: delta-rs)
+MAX_READ_BYTES = 64 * 1024 * 1024  # Parquet bytes of the files a MERGE may read here (~4x in memory; more: delta-rs)
 INSERTS_PER_LOOK = 4_096  # inserted rows compared with every file's ranges at once
 ROW_GROUP_ROWS = 65_536  # as `streamdi.lake.ROW_GROUP_ROWS`
 CHANGE_TYPE = "_change_type"

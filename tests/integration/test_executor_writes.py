@@ -170,8 +170,10 @@ def test_a_dataframe_appended_is_written_by_the_executors_and_committed_with_its
     assert min(m["price"] for m in lows if "price" in m) == -0.01
     assert max(m["day"] for m in highs if "day" in m) == "9999-12-31"
     assert min(m["day"] for m in lows if "day" in m) == "1967-04-01"
-    # bounds that a JSON number or Delta's timestamp text could not hold exactly are left out
-    assert not any("assets" in m or "at" in m for m in lows + highs)
+    # timestamps to the microsecond, in UTC; a decimal a JSON number could not hold exactly is left out
+    assert min(m["at"] for m in lows if "at" in m) == "1999-01-01T23:59:59.000000Z"
+    assert max(m["at"] for m in highs if "at" in m) == "2017-07-07T00:00:00.123456Z"
+    assert not any("assets" in m for m in lows + highs)
     # the change feed has every row as an insert of that commit
     changes = lake.changes(table, 1, 1).to_pylist()
     assert {(c["_change_type"], c["_commit_version"]) for c in changes} == {("insert", 1)}
