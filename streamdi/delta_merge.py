@@ -107,10 +107,12 @@ def merge_in_order(
     target = pa.concat_tables(parts) if parts else schema.empty_table()
     file_of = np.repeat(read, [p.num_rows for p in parts]).astype(np.int64)
     t_rows, s_rows = _matches(target, source, key)
+    if len(np.unique(t_rows)) < len(t_rows):
+        return False  # a key twice in the source: delta-rs's MERGE refuses it
     differs = _differ(target.take(t_rows), source.take(s_rows), [c for c in schema.names if c not in table.key])
     changed_t, changed_s = t_rows[differs], s_rows[differs]
     inserted = np.setdiff1d(np.arange(source.num_rows), s_rows)
-    deleted_t, _ = _matches(target, doomed, key)
+    deleted_t = np.unique(_matches(target, doomed, key)[0])  # a key named twice is deleted once
     if len(changed_t) == 0 and len(inserted) == 0 and len(deleted_t) == 0:
         _commit(path, delta, props, [], [], None, _metrics(source, 0, 0, 0, 0, 0, 0))
         return True

@@ -215,3 +215,20 @@ def test_a_held_table_is_given_the_rows_of_the_files_its_merge_wrote(tmp_path):
     got = lake.read_where(table, pc.field("id") >= 0, ["id", "name"]).sort_by("id")
     assert got.num_rows == 1_001 and got.to_pylist()[3] == {"id": 3, "name": "changed"}
     assert got.to_pylist()[-1] == {"id": 2_000, "name": "name-002000"}
+
+
+def test_a_key_twice_in_the_source_is_refused_and_a_key_deleted_twice_goes_once(tmp_path):
+    lake = Lake(tmp_path)
+    lake.append(TABLE, rows_of([row(i) for i in range(50)]), app_id="load", version=1)
+    with pytest.raises(Exception, match="multiple source rows"):  # delta-rs's MERGE says so; nothing is written
+        lake.upsert(TABLE, rows_of([row(3, name="a"), row(3, name="b")]), app_id="merge", version=1)
+    assert lake.read_arrow(TABLE).sort_by("id").to_pylist() == [row(i) for i in range(50)]
+    twice = pa.table({"id": pa.array([5, 5], pa.int64())})
+    result = lake.upsert(TABLE, rows_of([row(4, name="c")]), app_id="merge", version=2, deletes=twice)
+    assert [r["id"] for r in lake.read_arrow(TABLE).sort_by("id").to_pylist()] == [i for i in range(50) if i != 5]
+    feed = lake.changes(TABLE, result.table_version, result.table_version).to_pylist()
+    assert sorted((r["id"], r["_change_type"]) for r in feed) == [
+        (4, "update_postimage"),
+        (4, "update_preimage"),
+        (5, "delete"),
+    ]
