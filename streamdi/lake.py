@@ -820,9 +820,9 @@ class Lake:
         declared order; `append_written` commits the pieces at once, so the table is never whole in memory. Each
         file is in order within itself, as the executors' files are. Piece 0 first clears what an earlier attempt
         left. A table with its own file size (`Table.file_bytes`) gets the piece in consecutive files of about that
-        size, as delta-rs writes it: a later MERGE then rewrites the few files that hold its keys, and its output
-        (which delta-rs does not keep in order) spreads over those few only (DimTrade's first load at SF 6 in pieces
-        of 12 MB: every later micro-batch's MERGE rewrote three overlapping 4 MB files, 181,000 rows for 606 trades).
+        size, as delta-rs writes it: a later MERGE then rewrites only the files that hold its keys (DimTrade's first
+        load at SF 6 in pieces of 12 MB: delta-rs's MERGE, which does not keep its output in order, rewrote one into
+        overlapping 4 MB files, and every later micro-batch rewrote all three, 181,000 rows for 606 trades).
         Returns the rows written."""
         scratch = self.scratch_dir(table, app_id, version)
         if position == 0:
