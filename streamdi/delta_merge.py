@@ -46,14 +46,13 @@ import pyarrow.parquet as pq
 from schemas.model import Table
 from streamdi import row_order
 from streamdi.faults import fault_point
-from streamdi.parquet_stats import delta_stats
+from streamdi.parquet_stats import delta_stats, write_parquet
 
 if TYPE_CHECKING:  # the handle and commit properties come from `streamdi.lake`, the one deltalake importer
     from deltalake import CommitProperties, DeltaTable
 
 MAX_READ_BYTES = 64 * 1024 * 1024  # Parquet bytes of the files a MERGE may read here (~4x in memory; more: delta-rs)
 INSERTS_PER_LOOK = 4_096  # inserted rows compared with every file's ranges at once
-ROW_GROUP_ROWS = 65_536  # as `streamdi.lake.ROW_GROUP_ROWS`
 CHANGE_TYPE = "_change_type"
 CHANGE_DIR = "_change_data"
 
@@ -68,7 +67,7 @@ def rows_per_file(data: pa.Table, file_bytes: int | None, sample_rows: int = 16_
         return max(data.num_rows, 1)
     sample = data.slice(0, sample_rows)
     sink = pa.BufferOutputStream()
-    pq.write_table(sample, sink, row_group_size=ROW_GROUP_ROWS, compression="snappy")
+    write_parquet(sample, sink)
     return max(int(file_bytes * sample.num_rows / sink.getvalue().size), 1)
 
 
@@ -285,7 +284,7 @@ def _write_runs(
         for piece in range(start, end, step):
             file = f"part-{len(out):05d}-{name}.snappy.parquet"
             chunk = rows.slice(piece, min(step, end - piece)).combine_chunks()
-            pq.write_table(chunk, path / file, row_group_size=ROW_GROUP_ROWS, compression="snappy")
+            write_parquet(chunk, path / file)
             out.append((_added(path, file, schema), chunk))
     return out
 
@@ -320,7 +319,7 @@ def _change_file(
     feed = pa.concat_tables(typed)
     (path / CHANGE_DIR).mkdir(exist_ok=True)
     file = f"{CHANGE_DIR}/cdc-{name}.snappy.parquet"
-    pq.write_table(feed, path / file, row_group_size=ROW_GROUP_ROWS, compression="snappy")
+    write_parquet(feed, path / file)
     return file, (path / file).stat().st_size
 
 

@@ -65,7 +65,7 @@ from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
 from streamdi.lending import Lender
 from streamdi.locks import LOCK_DIR, flocked
 from streamdi.merge_bounds import key_bounds, target_bounds
-from streamdi.parquet_stats import delta_stats
+from streamdi.parquet_stats import ROW_GROUP_ROWS, delta_stats, write_parquet
 from streamdi.pools import kept_pool
 
 if TYPE_CHECKING:  # pyspark is imported where a session is made (`streamdi.spark`): ~0.1 s a load without Spark saves
@@ -79,10 +79,8 @@ TABLE_PROPERTIES = {
     "delta.enableDeletionVectors": "false",
 }
 TARGET_FILE_SIZE = "delta.targetFileSize"  # honoured by delta-rs when it writes, merges and compacts
-# Row groups of at most this many rows, so that a read filtered on a sorted column (a trade id range: the records
-# of a micro-batch's trades) skips the others by their statistics; delta-rs writes one per million rows otherwise.
+# Row groups of at most `ROW_GROUP_ROWS` rows, as streamdi's own files (`streamdi.parquet_stats.write_parquet`).
 # Compression must be named: delta-rs writes uncompressed files when given writer properties without it.
-ROW_GROUP_ROWS = 65_536
 WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY")
 METADATA_APP_ID = "streamdi.app_id"
 METADATA_VERSION = "streamdi.txn_version"
@@ -833,7 +831,7 @@ class Lake:
         step = rows_per_file(data, table.file_bytes)
         for part, start in enumerate(range(0, data.num_rows, step)):
             written = scratch / f"part-{position:05d}-{part:05d}.{PIECE}.parquet"
-            pq.write_table(data.slice(start, step), written, row_group_size=ROW_GROUP_ROWS, compression="snappy")
+            write_parquet(data.slice(start, step), written)
         return data.num_rows
 
     def pieces(self, table: Table, *, app_id: str, version: int) -> PieceFiles:

@@ -1,4 +1,5 @@
-"""The Delta statistics of a Parquet file another engine wrote (Spark's executors), read from its footer.
+"""The Delta statistics of a Parquet file another engine or streamdi wrote (Spark's executors, `Lake.write_piece`,
+`streamdi.delta_merge`), read from its footer; and how streamdi writes such a file itself (`write_parquet`).
 
 A Delta add action carries per-file statistics: `numRecords`, and per column `minValues`, `maxValues` and
 `nullCount`. Readers skip files by them (delta-rs's scans of `streamdi.lake`, the MERGE's file pruning), so a file
@@ -25,6 +26,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 EXACT_DECIMAL_DIGITS = 15  # a decimal of up to this many digits survives a JSON number (a float) unchanged
+# Row groups of at most this many rows, so that a read filtered on a sorted column (a trade id range: the records
+# of a micro-batch's trades) skips the others by their statistics; delta-rs writes one per million rows otherwise.
+ROW_GROUP_ROWS = 65_536
+
+
+def write_parquet(rows: pa.Table, where: Path | pa.NativeFile) -> None:
+    """Write `rows` as a Parquet data file the way every writer of the lake does (`streamdi.lake.WRITER`'s row
+    groups, Snappy)."""
+    pq.write_table(rows, where, row_group_size=ROW_GROUP_ROWS, compression="snappy")
 
 
 def delta_stats(path: Path, schema: pa.Schema) -> tuple[int, str]:
