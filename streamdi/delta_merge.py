@@ -134,8 +134,10 @@ def merge_in_order(
     keep = in_rewritten.copy()
     keep[changed_t] = False
     keep[deleted_t] = False
-    merged = pa.concat_tables([target.filter(pa.array(keep)), source.take(pa.array(changed_s, pa.int64())), inserts])
-    merged = merged.take(row_order.sort_indices(merged, list(table.order_by), nulls_first=False))
+    kept = _in_file_order(np.flatnonzero(keep), file_of, lows)
+    new_rows = pa.concat_tables([source.take(pa.array(changed_s, pa.int64())), inserts])
+    merged = pa.concat_tables([target.take(pa.array(kept, pa.int64())), new_rows])
+    merged = merged.take(row_order.sort_indices(merged, list(table.order_by), nulls_first=False, sorted_rows=len(kept)))
     untouched_lows = None if lows is None else np.sort(np.delete(lows, sorted(rewritten)))
     name = f"{_stem(props)}-{uuid.uuid4().hex[:12]}"
     written = _write_runs(path, merged, table, first, untouched_lows, name)
@@ -150,6 +152,16 @@ def merge_in_order(
         for (file, *_), rows in written:
             hold(file, rows)
     return True
+
+
+def _in_file_order(rows: np.ndarray, file_of: np.ndarray, lows: np.ndarray | None) -> np.ndarray:
+    """The target `rows` (ascending positions) with their files taken by the low of the first order column, each
+    file's rows in its own order: files this MERGE (or a first load's pieces) wrote hold sorted rows and do not
+    overlap, so the rows kept come out in order and only the new rows need a place among them
+    (`row_order.sort_indices`'s `sorted_rows`)."""
+    if lows is None or len(rows) == 0:
+        return rows
+    return rows[np.argsort(lows[file_of[rows]], kind="stable")]
 
 
 def _applies(delta: DeltaTable, table: Table) -> bool:

@@ -24,15 +24,25 @@ import pyarrow.compute as pc
 
 # Below this many rows Arrow's sort costs little, and codes for every key could cost more than it does.
 MIN_ROWS = 20_000
+# At most this many new rows placed one at a time among rows in order (`merged_order`), else a whole sort.
+MAX_TIED = 256
 _PACKED_LIMIT = 1 << 63  # codes multiplied up to here still fit in an int64
 
 
-def sort_indices(data: pa.Table, keys: Sequence[str], *, nulls_first: bool) -> pa.Array | np.ndarray:
+def sort_indices(
+    data: pa.Table, keys: Sequence[str], *, nulls_first: bool, sorted_rows: int = 0
+) -> pa.Array | np.ndarray:
     """The positions of `data`'s rows sorted by `keys`, ascending, stable, NULLs first or last: what
     `pc.sort_indices(data, [(k, "ascending", placement) ...])` gives (as int64 numpy positions when found
-    here)."""
+    here). `sorted_rows`: the first so many rows are likely in order already (a MERGE's rows kept from files written
+    in order, followed by its few new rows); when they are, only the rows after them are sorted and each is put in
+    its place among them (`merged_order`), which gives the same positions."""
     if data.num_rows >= MIN_ROWS:
-        order = packed_order(data, keys, nulls_first=nulls_first)
+        order = (
+            packed_order(data, keys, nulls_first=nulls_first)
+            if sorted_rows < 2
+            else merged_order(data, keys, sorted_rows, nulls_first=nulls_first)
+        )
         if order is not None:
             return order
     placement = "at_start" if nulls_first else "at_end"
@@ -59,6 +69,70 @@ def packed_order(data: pa.Table, keys: Sequence[str], *, nulls_first: bool) -> n
     if settled or coded == len(keys):
         return order
     return None if _ties(groups, order) else order
+
+
+def merged_order(data: pa.Table, keys: Sequence[str], head: int, *, nulls_first: bool) -> np.ndarray | None:
+    """`packed_order`, found without sorting the first `head` rows when they are in order: the rows after them are
+    sorted and each goes after the last of those rows that is not greater (a stable sort puts the earlier row first
+    among equal keys). Rows out of order among the first `head`: the whole sort, as `packed_order`."""
+    if data.num_rows == 0 or not keys:
+        return np.arange(data.num_rows, dtype=np.int64)
+    groups, coded, settled = _packed(data, keys, nulls_first=nulls_first)
+    if not groups or not (settled or coded == len(keys)):
+        return packed_order(data, keys, nulls_first=nulls_first)
+    first = [g[:head] for g in groups]
+    if not _in_order(first):
+        return _ordered(groups)
+    rest = [g[head:] for g in groups]
+    rest_order = _ordered(rest)
+    values = [g[rest_order] for g in rest]
+    places = _places(first, values)
+    if places is None:
+        return _ordered(groups)
+    order = np.empty(data.num_rows, dtype=np.int64)
+    slots = places + np.arange(len(places), dtype=np.int64)  # each earlier new row moves the later ones on by one
+    order[slots] = rest_order + head
+    free = np.ones(data.num_rows, dtype=bool)
+    free[slots] = False
+    order[free] = np.arange(head, dtype=np.int64)
+    return order
+
+
+def _in_order(groups: list[np.ndarray]) -> bool:
+    """Whether the rows of packed keys are in ascending order (equal neighbours allowed)."""
+    n = len(groups[0])
+    if n < 2:
+        return True
+    after = np.zeros(n - 1, dtype=bool)  # row i+1 already known greater than row i
+    tied = np.ones(n - 1, dtype=bool)  # equal so far
+    for packed in groups:
+        later, earlier = packed[1:], packed[:-1]
+        after |= tied & (later > earlier)
+        tied &= later == earlier
+    return bool((after | tied).all())
+
+
+def _places(first: list[np.ndarray], values: list[np.ndarray]) -> np.ndarray | None:
+    """For each row of packed `values`, how many rows of the ordered `first` are not greater than it; None when more
+    than `MAX_TIED` rows tie with some of `first` on the first packed key (each is then placed by a look of its own
+    at the later keys, in Python: a whole sort costs less)."""
+    low = np.searchsorted(first[0], values[0], "left")
+    high = np.searchsorted(first[0], values[0], "right")
+    tied = np.flatnonzero(high > low) if len(first) > 1 else np.empty(0, dtype=np.int64)
+    if len(tied) > MAX_TIED:
+        return None
+    for row in tied:
+        lo, hi = int(low[row]), int(high[row])
+        for packed, value in zip(first[1:], values[1:], strict=True):
+            span = packed[lo:hi]
+            lo, hi = (
+                lo + int(np.searchsorted(span, value[row], "left")),
+                lo + int(np.searchsorted(span, value[row], "right")),
+            )
+            if lo == hi:
+                break
+        high[row] = hi
+    return high.astype(np.int64)
 
 
 def rows_distinct(data: pa.Table, keys: Sequence[str]) -> bool:

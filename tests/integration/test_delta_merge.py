@@ -13,14 +13,17 @@ import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from schemas.model import Column as C
 from schemas.model import Table
+from streamdi import row_order
 from streamdi.lake import Lake
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,8 +74,20 @@ def ranges(path: Path, column: str = "id") -> list[tuple]:
     return sorted(zip(actions[f"min.{column}"].to_pylist(), actions[f"max.{column}"].to_pylist(), strict=True))
 
 
+def rows_in_files(path: Path) -> list[list[int]]:
+    """The ids of each data file of the table, in the file's row order."""
+    delta = DeltaTable(str(path))
+    files = pa.table(delta.get_add_actions(flatten=True))["path"].to_pylist()
+    return [pq.read_table(path / unquote(f), columns=["id"])["id"].to_pylist() for f in files]
+
+
 @pytest.mark.parametrize("with_deletes", [False, True])
-def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_merge(tmp_path, with_deletes):
+@pytest.mark.parametrize("packed", [False, True], ids=["arrow-sort", "kept-rows-in-order"])
+def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_merge(
+    tmp_path, monkeypatch, with_deletes, packed
+):
+    if packed:  # the rows a MERGE keeps are found in order and its new rows put among them (`row_order`)
+        monkeypatch.setattr(row_order, "MIN_ROWS", 0)
     lake = Lake(tmp_path)
     path = lake.path(TABLE)
     model = {i: row(i) for i in range(0, 6_000, 2)}
@@ -112,6 +127,7 @@ def test_upserts_keep_the_files_apart_with_the_rows_feed_and_transactions_of_a_m
         assert delta_rs_feed(path, table_version) == expected
         spans = ranges(path)
         assert all(high < low for (_, high), (low, _) in zip(spans, spans[1:], strict=False)), spans
+        assert all(ids == sorted(ids) for ids in rows_in_files(path))
         assert lake.upsert(TABLE, rows_of(source[:3]), app_id="merge", version=version).committed is False
         assert DeltaTable(str(path)).transaction_version("merge") == version
 

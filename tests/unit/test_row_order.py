@@ -131,3 +131,48 @@ def test_columns_of_nulls_only() -> None:
     for nulls_first in (True, False):
         order = row_order.packed_order(data, ["s", "i", "n"], nulls_first=nulls_first)
         assert order.tolist() == [4, 1, 3, 2, 0]
+
+
+def head_in_order(data: pa.Table, keys: list[str], head: int, nulls_first: bool) -> pa.Table:
+    """`data` with its first `head` rows sorted (as a MERGE's rows kept from files written in order)."""
+    first = data.slice(0, head)
+    return pa.concat_tables([first.take(arrow_order(first, keys, nulls_first)), data.slice(head)])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("keys", KEY_SETS, ids="-".join)
+@pytest.mark.parametrize("nulls_first", [True, False])
+@pytest.mark.parametrize("head", [2, 150, 399, 400])
+def test_rows_placed_among_rows_in_order_as_arrow_sorts_them(
+    seed: int, keys: list[str], nulls_first: bool, head: int
+) -> None:
+    data = head_in_order(random_table(seed, 400), keys, head, nulls_first)
+    order = row_order.merged_order(data, keys, head, nulls_first=nulls_first)
+    assert np.array_equal(order, arrow_order(data, keys, nulls_first))
+
+
+def test_a_placement_written_out() -> None:
+    # the first four rows are in order; equal keys keep the earlier row first, so (1, "B") goes after the one there
+    data = pa.table({"cust": [1, 1, 2, 4, 1, 3, 0, 2], "symb": ["A", "B", "A", "A", "B", "A", "Z", "A"]})
+    order = row_order.merged_order(data, ["cust", "symb"], 4, nulls_first=True)
+    assert order.tolist() == [6, 0, 1, 4, 2, 7, 5, 3]
+
+
+@pytest.mark.parametrize("keys", [["small", "symbol"], ["huge", "small"], ["at", "day", "unsigned", "line"]])
+def test_a_first_part_out_of_order_is_sorted_whole(keys: list[str]) -> None:
+    data = random_table(7, 400)  # its first rows are not in order
+    assert np.array_equal(row_order.merged_order(data, keys, 300, nulls_first=False), arrow_order(data, keys, False))
+
+
+def test_large_tables_with_rows_in_order_first() -> None:
+    keys = ["at", "symbol", "small"]
+    data = head_in_order(pa.concat_tables([random_table(seed, 5_000) for seed in range(6)]), keys, 29_000, False)
+    order = row_order.sort_indices(data, keys, nulls_first=False, sorted_rows=29_000)
+    assert np.array_equal(order, arrow_order(data, keys, False))
+
+
+def test_many_rows_tied_on_the_first_packed_key_are_sorted_whole() -> None:
+    keys = ["huge", "small"]  # two packed groups; a few values of "huge" only, so every new row ties
+    data = random_table(3, 2_000).set_column(2, "huge", pa.array(np.arange(2_000) % 3 * 2**61, pa.int64()))
+    data = head_in_order(data, keys, 1_000, False)
+    assert np.array_equal(row_order.merged_order(data, keys, 1_000, nulls_first=False), arrow_order(data, keys, False))
