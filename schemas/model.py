@@ -120,6 +120,11 @@ class Table:
     # `Lake` reads the table's rows of those keys first and leaves the equal ones out of the MERGE, whose reads then
     # reach only the files of the rows that change.
     skip_equal_rows: bool = False
+    # PostgreSQL's fillfactor for the table (percent of each page filled by inserts), or None for its default (100).
+    # A table whose every row is updated again and again (Prospect: each TPC-DI batch lists every prospect anew)
+    # leaves room on its pages, so an update writes the new row version beside the old one (a HOT update: no index
+    # entry, and the old version pruned on the page) instead of on a new page with new index entries.
+    pg_fillfactor: int | None = None
     # A warm process reads this table often by keys scattered over all of it (Batch1's trade history, looked up by
     # trade, account or customer in every micro-batch; the trade windows, read seven times by step AG): such a read
     # decodes every row group (0.1-0.2 s at SF 6). `Lake` holds the whole snapshot of a version in memory once its
@@ -133,6 +138,10 @@ class Table:
         for col in (*self.key, *self.order_by, *(c for idx in self.pg_indexes for c in idx)):
             if col not in names:
                 raise ValueError(f"{self.name}: unknown column {col!r} in key/order/index")
+        if self.pg_fillfactor is not None and not 10 <= self.pg_fillfactor <= 100:
+            raise ValueError(
+                f"{self.name}: pg_fillfactor must be 10 to 100 (PostgreSQL's range), not {self.pg_fillfactor}"
+            )
 
     @property
     def column_names(self) -> list[str]:

@@ -295,6 +295,9 @@ PROSPECT = Table(
     ),
     key=("agencyid",),
     order_by=("agencyid",),
+    # every row is updated every batch (its SK_RecordDateID): half-full pages make those HOT updates (SF 6, 30,540
+    # rows: the upsert 0.16 -> 0.09 s, and the table 16 MB instead of growing ~7.5 MB a batch until vacuumed)
+    pg_fillfactor=50,
     doc="Marketing prospects from Prospect.csv (a full snapshot in every batch), one row per AgencyID.",
 )
 

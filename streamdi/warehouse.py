@@ -153,7 +153,7 @@ class Warehouse:
     def ensure_objects(self, tables: Iterable[Table]) -> None:
         """Create what is missing, in one transaction serialized across processes: schemas `dw` and
         `streamdi`, the two roles and their privileges (including tables created later), the migration
-        ledger, the batch metrics, one table (with its indexes) per declared table in `tables`, and the
+        ledger, the batch metrics, one table (with its indexes and fillfactor) per declared table in `tables`, and the
         platform's own declared tables (`PLATFORM_PG_TABLES`: the quality tables), which every caller gets
         without naming them.
 

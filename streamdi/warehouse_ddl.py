@@ -151,9 +151,10 @@ def _pg_type_sql(logical: str) -> sql.Composable:
 
 
 def create_table_sql(table: Table) -> str:
-    """DDL for one declared table: `CREATE TABLE IF NOT EXISTS` plus one `CREATE INDEX IF NOT EXISTS` per
-    `pg_indexes` entry. Types follow the declaration, NOT NULL follows `nullable`, the primary key is
-    `table.key`. Idempotent; it never alters an existing table (see `Warehouse.ensure_objects`)."""
+    """DDL for one declared table: `CREATE TABLE IF NOT EXISTS`, its `pg_fillfactor` (`ALTER TABLE ... SET`) and
+    one `CREATE INDEX IF NOT EXISTS` per `pg_indexes` entry. Types follow the declaration, NOT NULL follows
+    `nullable`, the primary key is `table.key`. Idempotent; of an existing table it changes nothing but the
+    fillfactor, which applies to the pages written from then on (see `Warehouse.ensure_objects`)."""
     return _create_table(table).as_string()
 
 
@@ -173,6 +174,10 @@ def _create_table(table: Table) -> sql.Composed:
     ]
     lines.append(sql.SQL("    PRIMARY KEY ({})").format(_column_list(table.key)))
     statements = [sql.SQL("CREATE TABLE IF NOT EXISTS {} (\n{}\n);").format(qualified, sql.SQL(",\n").join(lines))]
+    if table.pg_fillfactor is not None:  # also on a table created before the declaration said so (new pages)
+        statements.append(
+            sql.SQL("ALTER TABLE {} SET (fillfactor = {});").format(qualified, sql.Literal(table.pg_fillfactor))
+        )
     for columns in table.pg_indexes:
         index_name = sql.Identifier(f"{name}_{'_'.join(columns)}_idx"[:63])
         statements.append(

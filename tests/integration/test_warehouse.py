@@ -4,6 +4,7 @@ transaction (real subprocesses killed with SIGKILL at each fault point)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -276,6 +277,19 @@ def test_create_table_sql_text():
         ");\n"
         'CREATE INDEX IF NOT EXISTS "wh_test_tiny_rate_idx" ON dw."wh_test_tiny" ("rate");'
     )
+
+
+def test_a_declared_fillfactor_is_set_on_new_and_existing_tables(warehouse, settings):
+    table = Table(name="wh_test_fill", layer="warehouse", columns=(C("k", "int", False), C("v", "int")), key=("k",))
+    assert "fillfactor" not in create_table_sql(table)
+    warehouse.ensure_objects([table])  # created with PostgreSQL's default
+    half = dataclasses.replace(table, pg_fillfactor=50)
+    assert create_table_sql(half).endswith('ALTER TABLE dw."wh_test_fill" SET (fillfactor = 50);')
+    open_warehouse(settings).ensure_objects([half])  # a handle that has not ensured it yet
+    options = "SELECT reloptions FROM pg_class WHERE oid = to_regclass('dw.wh_test_fill')"
+    assert warehouse.query(options)[1] == [(["fillfactor=50"],)]
+    with pytest.raises(ValueError, match="pg_fillfactor must be 10 to 100"):
+        dataclasses.replace(table, pg_fillfactor=5)
 
 
 def test_create_table_sql_rejects_tables_outside_the_warehouse_or_without_key():
