@@ -10,6 +10,10 @@ into one 64-bit integer, and numpy's stable sort orders the packed keys (`np.lex
 0.45 s for the watches. Small tables keep Arrow's sort, and so do keys of other types (floats, decimals,
 nested) unless the keys before them already tell every row apart.
 
+Rows of which most are known to be in order already (a MERGE's rows kept from files it wrote sorted, then its new
+rows) are not sorted whole: only the new rows are, and each is placed among the others by binary search
+(`merged_order`; FactWatches' MERGE of a SF 6 micro-batch, ~340k rows rewritten: 0.22 -> 0.18 s).
+
 Both sorts are stable and compare strings byte by byte, so the permutation is the same either way (tested against
 Arrow's on the types and NULLs above): the choice cannot change a warehouse.
 """
