@@ -11,8 +11,10 @@ glibc (musl, macOS) nothing is done. delta-rs's allocator keeps memory of its ow
 
 Arrow's memory pool is its own allocator too. pyarrow's default, mimalloc, kept what a step had freed: SF 100 Batch1's
 T1 left the process at 3.9 GiB with 0 bytes allocated in the pool, and AG's trades peaked at 6.8 GiB with 3.1 GiB
-allocated. `use_returning_pool` makes jemalloc the default pool (pyarrow's jemalloc hands freed pages back at once):
-the same T1 3.15 GiB at its peak and 0.9 GiB after, AG's trades 5.6 GiB (bench/README.md, a twenty-first session).
+allocated. `use_returning_pool` makes jemalloc the default pool (pyarrow builds its jemalloc to hand freed pages back
+within about a second: a decay of 1,000 ms, purged by a background thread): the same T1 3.15 GiB at its peak and 0.9
+GiB after, AG's trades 5.6 GiB (bench/README.md, a twenty-first session). A decay of 0 cost a warm micro-batch
+10-17% more CPU, and 5 s saved nothing measurable (a twenty-eighth session), so pyarrow's is kept.
 The environment variable `ARROW_DEFAULT_MEMORY_POOL` (Arrow's own: `mimalloc`, `jemalloc`, `system`), when set,
 chooses instead.
 """
