@@ -66,11 +66,15 @@ def packed_order(data: pa.Table, keys: Sequence[str], *, nulls_first: bool) -> n
     after DailyMarket's symbol, date, batch and CDC_DSN)."""
     if data.num_rows == 0 or not keys:
         return np.arange(data.num_rows, dtype=np.int64)
-    groups, coded, settled = _packed(data, keys, nulls_first=nulls_first)
+    return _whole_order(*_packed(data, keys, nulls_first=nulls_first), len(keys))
+
+
+def _whole_order(groups: list[np.ndarray], coded: int, settled: bool, keys: int) -> np.ndarray | None:
+    """`packed_order` of the packed codes `_packed` gave for `keys` keys."""
     if not groups:
         return None
     order = _ordered(groups)
-    if settled or coded == len(keys):
+    if settled or coded == keys:
         return order
     return None if _ties(groups, order) else order
 
@@ -83,7 +87,7 @@ def merged_order(data: pa.Table, keys: Sequence[str], head: int, *, nulls_first:
         return np.arange(data.num_rows, dtype=np.int64)
     groups, coded, settled = _packed(data, keys, nulls_first=nulls_first)
     if not groups or not (settled or coded == len(keys)):
-        return packed_order(data, keys, nulls_first=nulls_first)
+        return _whole_order(groups, coded, settled, len(keys))  # the codes leave rows tied: as `packed_order`
     first = [g[:head] for g in groups]
     if not _in_order(first):
         return _ordered(groups)
