@@ -6,15 +6,25 @@ server and UI listen on 127.0.0.1 only. Login is the simple auth manager's user 
 generated once and kept in `<AIRFLOW_HOME>/simple_auth_manager_passwords.json.generated`; it is printed at start.
 
 Every `AIRFLOW__*` variable already set in the environment wins over the values chosen here.
+
+Stopping: Ctrl-C (or SIGTERM) stops Airflow within seconds. `airflow standalone` runs in a process group of its own and
+only it is told to stop, as it expects: a Ctrl-C that reached every process of the group also reached the
+scheduler's LocalExecutor workers, and Airflow 3.3's scheduler then never ended (seen: still running 120 s later).
+A second Ctrl-C, or `STOP_GRACE` seconds without an exit, ends every process of the group.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import secrets
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +37,8 @@ DAGS_FOLDER = REPO / "dags"
 PLUGINS_FOLDER = DAGS_FOLDER / "plugins"
 USER = "admin"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+STOP_GRACE = 60.0  # seconds `airflow standalone` gets to stop its components after Ctrl-C or SIGTERM
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def airflow_home(settings: Settings) -> Path:
@@ -80,8 +92,9 @@ def airflow_environment(settings: Settings, port: int, base: dict[str, str] | No
 
 
 def run_airflow(settings: Settings, port: int = 8080, *, dry_run: bool = False) -> int:
-    """Print the URL and login, then replace this process with `airflow standalone` (scheduler, DAG processor,
-    triggerer and API server with the UI). With `dry_run`, print the environment instead and return 0."""
+    """Print the URL and login, then run `airflow standalone` (scheduler, DAG processor, triggerer and API server
+    with the UI) until Ctrl-C or SIGTERM; returns its exit status. With `dry_run`, print the environment instead and
+    return 0."""
     env = airflow_environment(settings, port)
     home = Path(env["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
@@ -98,8 +111,53 @@ def run_airflow(settings: Settings, port: int = 8080, *, dry_run: bool = False) 
     if airflow is None:
         raise RuntimeError("the `airflow` command is not installed next to this Python")
     print("starting `airflow standalone` (Ctrl-C stops it; the UI is ready about a minute after start)", flush=True)
-    os.execve(airflow, [airflow, "standalone"], env)
-    return 0  # not reached
+    return supervise([airflow, "standalone"], env)
+
+
+def supervise(command: list[str], env: dict[str, str], grace: float = STOP_GRACE) -> int:
+    """Run `command` in a session (process group) of its own and wait for it. Ctrl-C, SIGTERM or SIGHUP here is
+    passed on as one SIGINT to that process alone; a second one, or `grace` seconds without an exit, kills its whole
+    group. Whatever it leaves running in its group when it exits gets SIGTERM. The child dies with this process
+    (Linux: parent-death signal, a SIGINT), so a `kill -9` here leaves no Airflow behind. Returns its exit status (128 +
+    the signal number when a signal ended it)."""
+    stops: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: stops.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        told = 0  # how many stop signals were passed on
+        deadline = None
+        while process.poll() is None:
+            if len(stops) > told:
+                if told == 0:
+                    print("stopping Airflow (Ctrl-C again to kill it at once) ...", file=sys.stderr, flush=True)
+                    _signal(process.pid, signal.SIGINT, group=False)
+                    deadline = time.monotonic() + grace
+                else:
+                    _signal(process.pid, signal.SIGKILL, group=True)
+                told = len(stops)
+            elif deadline is not None and time.monotonic() > deadline:
+                print(f"Airflow did not stop within {grace:.0f} s: killing it", file=sys.stderr, flush=True)
+                _signal(process.pid, signal.SIGKILL, group=True)
+                deadline = None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(0.2)
+        _signal(process.pid, signal.SIGTERM, group=True)  # what it left behind in its group, if anything
+        return process.returncode if process.returncode >= 0 else 128 - process.returncode
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _signal(pid: int, sig: int, *, group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, sig)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGINT (its Ctrl-C) when the parent dies (prctl PR_SET_PDEATHSIG; Linux only)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)  # 1 = PR_SET_PDEATHSIG
 
 
 def airflow_command(

@@ -114,8 +114,10 @@ def start(home: Path, log_path: Path, extra_env: dict[str, str] | None = None) -
 
 
 def stop(server: AirflowServer) -> None:
-    """Stop Airflow, then the home's embedded Spark Connect and PostgreSQL servers its tasks started."""
-    stop_group(server.process)
+    """Stop Airflow as Ctrl-C in a terminal does (SIGINT to the process group of `streamdi airflow`), then the home's
+    embedded Spark Connect and PostgreSQL servers its tasks started. Airflow must have stopped cleanly: exit status 0,
+    not the 137 of the kill that follows a hang (`streamdi.airflow_cli.supervise`)."""
+    stop_group(server.process, 120)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env["STREAMDI_HOME"] = str(server.home)
     for command in (["spark", "stop"], [] if os.environ.get("DATABASE_URL") else ["db", "stop"]):
@@ -127,3 +129,4 @@ def stop(server: AirflowServer) -> None:
                 check=False,
                 capture_output=True,
             )
+    assert server.process.returncode == 0, f"Airflow did not stop cleanly on Ctrl-C: {server.log_tail()}"
