@@ -12,7 +12,9 @@ archive (`streamdi.jvm_archive`, built once per JDK and Spark version); and the 
 Docs load from CDNs, fetched once from the npm registry (`streamdi.web_assets`) so the quality report works
 offline.
 Only the Python standard library is used here.
-Extra arguments after the command are passed on (`python3 bootstrap.py test -k lake`).
+Extra arguments after the command are passed on (`python3 bootstrap.py test -k lake`). The tests run on
+`STREAMDI_TEST_WORKERS` pytest-xdist workers (default: one per core, at most 4); `-n 0` among the arguments runs
+them in one process.
 """
 
 from __future__ import annotations
@@ -234,7 +236,17 @@ def main(argv: list[str]) -> int:
     if command == "run":
         return subprocess.call([str(BIN / "streamdi"), "demo", *extra], env=env)
     ensure_chromium()
-    return subprocess.call([str(BIN / "python"), "-m", "pytest", *extra], env=env, cwd=ROOT)
+    return subprocess.call([str(BIN / "python"), "-m", "pytest", *test_workers(extra), *extra], env=env, cwd=ROOT)
+
+
+def test_workers(extra: list[str]) -> list[str]:
+    """pytest-xdist's options for the suite unless `extra` chooses: `STREAMDI_TEST_WORKERS` workers, else one per
+    core up to 4. Much of the suite waits on other processes (JVMs, Airflow, PostgreSQL), so even 2 cores gain.
+    Each test file stays whole on one worker, in order (tests/conftest.py)."""
+    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses", "--dist")) for arg in extra):
+        return []
+    workers = os.environ.get("STREAMDI_TEST_WORKERS") or str(max(1, min(4, os.cpu_count() or 1)))
+    return ["-n", workers, "--dist", "loadgroup"]
 
 
 if __name__ == "__main__":

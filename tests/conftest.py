@@ -18,6 +18,22 @@ from streamdi.settings import Settings
 REPO = Path(__file__).resolve().parent.parent
 
 
+# The e2e files that compare with the one reference run of tests/e2e/conftest.py (a session fixture, made once per
+# worker): under pytest-xdist they run on one worker, so that the run is made once.
+WITH_THE_REFERENCE_RUN = frozenset(
+    f"tests/e2e/{name}.py" for name in ("test_cli_run", "test_cluster", "test_exactly_once", "test_stream")
+)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Under pytest-xdist (`--dist loadgroup`, as `bootstrap.py test` runs the suite), each test file runs whole on one
+    worker, its tests in order (several modules build one home step by step); the files in WITH_THE_REFERENCE_RUN
+    share a worker. (Marked as each test is collected: xdist reads the groups when collection ends.)"""
+    if item.config.pluginmanager.hasplugin("xdist"):
+        path = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("e2e-reference" if path in WITH_THE_REFERENCE_RUN else path))
+
+
 @pytest.fixture(scope="session")
 def streamdi_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("streamdi-home")
