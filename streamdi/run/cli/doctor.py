@@ -18,7 +18,8 @@ from streamdi.settings import Settings, load_settings
 def config() -> None:
     """Print the effective settings (environment variables and defaults), secrets masked."""
     settings = load_settings()
-    table = RichTable("setting", "value", title="streamdi settings")
+    table = RichTable("setting", title="streamdi settings")
+    table.add_column("value", overflow="fold")  # a long path folds over lines instead of ending in an ellipsis
     for key, value in settings.public_view().items():
         table.add_row(key, value)
     console.print(table)
