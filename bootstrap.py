@@ -246,7 +246,7 @@ def test_workers(extra: list[str]) -> list[str]:
     if any(arg == "-n" or arg.startswith(("-n", "--numprocesses", "--dist")) for arg in extra):
         return []
     workers = os.environ.get("STREAMDI_TEST_WORKERS") or str(max(1, min(4, os.cpu_count() or 1)))
-    return ["-n", workers, "--dist", "loadgroup"]
+    return ["-n", workers]
 
 
 if __name__ == "__main__":

@@ -25,13 +25,21 @@ WITH_THE_REFERENCE_RUN = frozenset(
 )
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """Under pytest-xdist (`--dist loadgroup`, as `bootstrap.py test` runs the suite), each test file runs whole on one
-    worker, its tests in order (several modules build one home step by step); the files in WITH_THE_REFERENCE_RUN
-    share a worker. (Marked as each test is collected: xdist reads the groups when collection ends.)"""
-    if item.config.pluginmanager.hasplugin("xdist"):
-        path = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group("e2e-reference" if path in WITH_THE_REFERENCE_RUN else path))
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under pytest-xdist's default distribution (`-n N`, as `bootstrap.py test` runs the suite): each test file runs
+    whole on one worker, its tests in order (several modules build one home step by step), and the files in
+    WITH_THE_REFERENCE_RUN share a worker. (xdist's own `--dist loadgroup` marks a group in `Item._nodeid`, which
+    pytest 9.2 no longer reads, so it spreads the tests one by one; an explicit `--dist` is left as given.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "e2e-reference" if path in WITH_THE_REFERENCE_RUN else path
+
+    return ByFile(config, log)
 
 
 @pytest.fixture(scope="session")
