@@ -117,7 +117,10 @@ def locked_tables(warehouse) -> set[str]:
 
 def copy_home(source: Path, target: Path) -> None:
     """Copy a STREAMDI_HOME keeping file owners (the embedded server's data directory belongs to its own user
-    when tests run as root)."""
+    when tests run as root), once the stop of its embedded server that the last process asked for is over (that
+    process does not wait for it; seen: `cp` missing postmaster.pid as the server removed it)."""
+    if (source / "pgdata").exists():
+        embedded_pg.server_running(Settings(home=source))  # waits for a stop under way
     target.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-a", str(source), str(target)], check=True)
 

@@ -34,6 +34,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # In collection order (tests/dags and tests/e2e first: the longest files, which must not be left for the end),
+    # not xdist's default of the files with the most tests first (the quick unit modules of many cases).
+    config.option.loadscopereorder = False
+
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
