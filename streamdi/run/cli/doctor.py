@@ -73,7 +73,8 @@ def doctor() -> None:
     results.append(_check_lake(settings, spark))
     results.append(_check_postgres(settings))
 
-    table = RichTable("check", "status", "detail", title="streamdi doctor", show_lines=True)
+    table = RichTable("check", "status", title="streamdi doctor", show_lines=True)
+    table.add_column("detail", overflow="fold")  # a long path folds over lines instead of ending in an ellipsis
     for name, ok, detail in results:
         table.add_row(name, "[green]OK[/green]" if ok else "[red]FAIL[/red]", detail)
     console.print(table)
