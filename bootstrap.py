@@ -243,7 +243,7 @@ def test_workers(extra: list[str]) -> list[str]:
     """pytest-xdist's options for the suite unless `extra` chooses: `STREAMDI_TEST_WORKERS` workers, else one per
     core up to 4. Much of the suite waits on other processes (JVMs, Airflow, PostgreSQL), so even 2 cores gain.
     Each test file stays whole on one worker, in order (tests/conftest.py)."""
-    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses", "--dist")) for arg in extra):
+    if any(arg.startswith(("-n", "--numprocesses", "--dist")) for arg in extra):
         return []
     workers = os.environ.get("STREAMDI_TEST_WORKERS") or str(max(1, min(4, os.cpu_count() or 1)))
     return ["-n", workers]
