@@ -9,6 +9,7 @@ statement is composed with `psycopg.sql` (quoted identifiers, `%s` parameters), 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable
 
@@ -43,8 +44,9 @@ _METRICS_DDL = sql.SQL("""CREATE TABLE IF NOT EXISTS {metrics} (
     unit_last_batch bigint NOT NULL,
     mode text NOT NULL,
     staged_at timestamptz
-);
-ALTER TABLE {metrics} ADD COLUMN IF NOT EXISTS staged_at timestamptz;""").format(metrics=METRICS_ID)
+);""").format(metrics=METRICS_ID)
+# columns added to the batch metrics after their first release, for warehouses created before (`_add_missing`)
+_METRICS_ADDED = (("staged_at", "timestamptz"),)
 
 # A first load builds a large table's indexes after its COPY (`_load_empty`). Dropping and creating an index
 # needs the table's owner, which the loader is not (it may not drop a table): these two functions run as their
@@ -154,18 +156,30 @@ def create_table_sql(table: Table) -> str:
     """DDL for one declared table: `CREATE TABLE IF NOT EXISTS`, its `pg_fillfactor` (`ALTER TABLE ... SET`) and
     one `CREATE INDEX IF NOT EXISTS` per `pg_indexes` entry. Types follow the declaration, NOT NULL follows
     `nullable`, the primary key is `table.key`. Idempotent; of an existing table it changes nothing but the
-    fillfactor, which applies to the pages written from then on (see `Warehouse.ensure_objects`)."""
+    fillfactor, which applies to the pages written from then on (`Warehouse.ensure_objects` runs only the statements
+    of what a table lacks, `_ensure_table`)."""
     return _create_table(table).as_string()
 
 
 def _create_table(table: Table) -> sql.Composed:
-    """`create_table_sql` as the statement `ensure_objects` runs."""
-    if not table.key:
-        raise ValueError(f"{table.name}: a PostgreSQL table needs a key (primary key and upsert key)")
-    name = pg_name(table)
+    """`create_table_sql` as one composed statement."""
+    qualified = _qualified(table)
+    statements = [_create_table_only(table)]
+    if table.pg_fillfactor is not None:  # also on a table created before the declaration said so (new pages)
+        statements.append(_set_fillfactor(table, qualified))
+    statements.extend(_create_index(table, qualified, columns) for columns in table.pg_indexes)
+    return sql.SQL("\n").join(statements)
+
+
+def _qualified(table: Table) -> sql.Composed:
     # The schema is one of the constant names of SCHEMA_BY_LAYER (`dw`, `streamdi`), written unquoted as the DDL
     # always has been; the table, column and index names are quoted identifiers.
-    qualified = sql.SQL("{}.{}").format(sql.SQL(pg_schema(table)), sql.Identifier(name))
+    return sql.SQL("{}.{}").format(sql.SQL(pg_schema(table)), sql.Identifier(pg_name(table)))
+
+
+def _create_table_only(table: Table) -> sql.Composed:
+    if not table.key:
+        raise ValueError(f"{table.name}: a PostgreSQL table needs a key (primary key and upsert key)")
     lines = [
         sql.SQL("    {} {}{}").format(
             sql.Identifier(c.name), _pg_type_sql(c.type), sql.SQL("" if c.nullable else " NOT NULL")
@@ -173,17 +187,67 @@ def _create_table(table: Table) -> sql.Composed:
         for c in table.columns
     ]
     lines.append(sql.SQL("    PRIMARY KEY ({})").format(_column_list(table.key)))
-    statements = [sql.SQL("CREATE TABLE IF NOT EXISTS {} (\n{}\n);").format(qualified, sql.SQL(",\n").join(lines))]
-    if table.pg_fillfactor is not None:  # also on a table created before the declaration said so (new pages)
-        statements.append(
-            sql.SQL("ALTER TABLE {} SET (fillfactor = {});").format(qualified, sql.Literal(table.pg_fillfactor))
-        )
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} (\n{}\n);").format(_qualified(table), sql.SQL(",\n").join(lines))
+
+
+def _set_fillfactor(table: Table, qualified: sql.Composable) -> sql.Composed:
+    return sql.SQL("ALTER TABLE {} SET (fillfactor = {});").format(qualified, sql.Literal(table.pg_fillfactor))
+
+
+def _index_name(table: Table, columns: tuple[str, ...]) -> str:
+    return f"{pg_name(table)}_{'_'.join(columns)}_idx"[:63]
+
+
+def _create_index(table: Table, qualified: sql.Composable, columns: tuple[str, ...]) -> sql.Composed:
+    return sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({});").format(
+        sql.Identifier(_index_name(table, columns)), qualified, _column_list(columns)
+    )
+
+
+def _ensure_table(conn: Connection, table: Table) -> None:
+    """`create_table_sql`, but of an existing table only what it lacks: `CREATE INDEX IF NOT EXISTS` of an index
+    that exists still waits for a SHARE lock on the table (behind any open transaction that writes it, or a user's
+    VACUUM, and then ahead of every later writer), and `ALTER TABLE ... SET` for a SHARE UPDATE EXCLUSIVE one; a
+    process that starts while a migration or a VACUUM runs would wait for it, and hold up the writers queued
+    behind it. `CREATE TABLE IF NOT EXISTS` of an existing table takes no lock."""
+    qualified = _qualified(table)
+    conn.execute(_create_table_only(table))
+    regclass = sql.Identifier(pg_schema(table), pg_name(table)).as_string(conn)  # to_regclass's text argument
+    options = conn.execute(
+        "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass(%s)", (regclass,)
+    ).fetchone()[0]
+    if table.pg_fillfactor is not None and f"fillfactor={table.pg_fillfactor}" not in options:
+        conn.execute(_set_fillfactor(table, qualified))
     for columns in table.pg_indexes:
-        index_name = sql.Identifier(f"{name}_{'_'.join(columns)}_idx"[:63])
-        statements.append(
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({});").format(index_name, qualified, _column_list(columns))
-        )
-    return sql.SQL("\n").join(statements)
+        index = sql.Identifier(pg_schema(table), _index_name(table, columns)).as_string(conn)
+        if conn.execute("SELECT to_regclass(%s) IS NULL", (index,)).fetchone()[0]:
+            conn.execute(_create_index(table, qualified, columns))
+
+
+def _add_missing(conn: Connection, table: sql.Identifier, columns: Iterable[tuple[str, str]]) -> None:
+    """`ALTER TABLE ... ADD COLUMN` of the `columns` (name, type) `table` lacks: `ADD COLUMN IF NOT EXISTS` of a
+    column that exists still waits for an ACCESS EXCLUSIVE lock (behind every reader of the table)."""
+    regclass = table.as_string(conn)
+    for name, type_ in columns:
+        present = conn.execute(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped",
+            (regclass, name),
+        ).fetchone()
+        if not present:
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(table, sql.Identifier(name), sql.SQL(type_)))
+
+
+def _ensure_view(conn: Connection, name: sql.Composable, statement: sql.Composable) -> None:
+    """Run `statement` (which makes the view `name`: `CREATE OR REPLACE VIEW`) unless it made the view there now:
+    replacing a view waits for an ACCESS EXCLUSIVE lock on it, behind every query reading it (a dashboard), and
+    ahead of the queries after. The view's comment holds a digest of the statement that made it."""
+    digest = "streamdi " + hashlib.sha256(statement.as_string(conn).encode()).hexdigest()[:16]
+    made = conn.execute(
+        sql.SQL("SELECT obj_description(to_regclass({}), 'pg_class')").format(sql.Literal(name.as_string(conn)))
+    ).fetchone()[0]
+    if made != digest:
+        conn.execute(statement)
+        conn.execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(name, sql.Literal(digest)))
 
 
 def _column_list(names: Iterable[str]) -> sql.Composed:
@@ -253,13 +317,15 @@ def create_objects(
     manage_roles: bool,
     dedicated_roles: bool,
     passwords: dict[str, str | None],
-    views: Iterable[sql.Composable] = (),
+    views: Iterable[tuple[sql.Composable, sql.Composable]] = (),
 ) -> None:
     """Inside the admin's transaction `conn`, serialized across processes: refuse drift, then create what is missing
-    (schemas `dw` and `streamdi`, the ledger, the batch metrics, each of `tables` with its indexes, `views` (over
-    those tables), the bulk-load functions), the two roles when `manage_roles` (with `passwords` by role key, when
-    given), and their privileges when `dedicated_roles`. Raises WarehouseSchemaError, creating nothing, when an
-    existing table differs from its declaration."""
+    (schemas `dw` and `streamdi`, the ledger, the batch metrics, each of `tables` with its indexes, `views` ((name,
+    statement) pairs, over those tables), the bulk-load functions), the two roles when `manage_roles` (with
+    `passwords` by role key, when given), and their privileges when `dedicated_roles`. Raises WarehouseSchemaError,
+    creating nothing, when an existing table differs from its declaration. Of a warehouse that has it all already,
+    it changes nothing and takes no lock on its tables and views (`_ensure_table`, `_add_missing`, `_ensure_view`):
+    a process that starts waits for no migration, VACUUM or query under way."""
     tables = list(tables)
     conn.execute("SELECT pg_advisory_xact_lock(hashtext('streamdi.ensure_objects'))")
     problems = [p for t in tables for p in _drift(conn, t)]
@@ -274,10 +340,11 @@ def create_objects(
     )
     conn.execute(_LEDGER_DDL)
     conn.execute(_METRICS_DDL)
+    _add_missing(conn, METRICS_ID, _METRICS_ADDED)
     for table in tables:
-        conn.execute(_create_table(table))
-    for view in views:  # after the tables they read, before the grants that cover them
-        conn.execute(view)
+        _ensure_table(conn, table)
+    for name, statement in views:  # after the tables they read, before the grants that cover them
+        _ensure_view(conn, name, statement)
     conn.execute(_BULK_LOAD_DDL)
     if manage_roles:
         _ensure_roles(conn, passwords)

@@ -84,11 +84,19 @@ def view_sql(source: str, windows: tuple[ws.Window, ...] | None = None) -> sql.C
             sql.SQL("NULL::{} AS {}").format(sql.SQL(pg_type(c.type)), sql.Identifier(c.name)) for c in stored.columns
         ]
         body = sql.SQL("SELECT {} WHERE false").format(sql.SQL(", ").join(nothing))
-    name = sql.SQL("{}.{}").format(sql.SQL(pg_schema(stored)), sql.Identifier(VIEW_NAMES[source]))
-    return sql.SQL("CREATE OR REPLACE VIEW {} AS\n{};").format(name, body)
+    return sql.SQL("CREATE OR REPLACE VIEW {} AS\n{};").format(view_name(source), body)
 
 
-def views_over(tables: list[Table]) -> list[sql.Composed]:
-    """The view statements whose tables are all among `tables` (the tables being ensured)."""
+def view_name(source: str) -> sql.Composed:
+    """The qualified name of `source`'s view of answered windows."""
+    return sql.SQL("{}.{}").format(sql.SQL(pg_schema(ws.WINDOW_TABLES[source])), sql.Identifier(VIEW_NAMES[source]))
+
+
+def views_over(tables: list[Table]) -> list[tuple[sql.Composed, sql.Composed]]:
+    """(name, statement) of the views whose tables are all among `tables` (the tables being ensured)."""
     names = {t.name for t in tables}
-    return [view_sql(source) for source in VIEW_NAMES if {ws.SLICE_TABLES[source].name, ws.WINDOW_LATEST.name} <= names]
+    return [
+        (view_name(source), view_sql(source))
+        for source in VIEW_NAMES
+        if {ws.SLICE_TABLES[source].name, ws.WINDOW_LATEST.name} <= names
+    ]

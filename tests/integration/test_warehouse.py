@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +21,7 @@ import psycopg.errors
 import pyarrow as pa
 import pytest
 
+from schemas import windows as ws
 from schemas.model import Column as C
 from schemas.model import Table
 from streamdi import embedded_pg
@@ -290,6 +292,63 @@ def test_a_declared_fillfactor_is_set_on_new_and_existing_tables(warehouse, sett
     assert warehouse.query(options)[1] == [(["fillfactor=50"],)]
     with pytest.raises(ValueError, match="pg_fillfactor must be 10 to 100"):
         dataclasses.replace(table, pg_fillfactor=5)
+
+
+def test_ensuring_complete_objects_waits_for_no_migration_vacuum_or_query(warehouse, settings):
+    """A process that starts while a migration writes a table, a VACUUM runs on it and a dashboard reads the batch
+    metrics and a window view ensures what it finds complete without taking a lock on any of them: `CREATE INDEX IF
+    NOT EXISTS` of an existing index waits for a SHARE lock, `ALTER TABLE ... SET` and `ADD COLUMN IF NOT EXISTS` and
+    `CREATE OR REPLACE VIEW` for theirs, all behind those transactions (and ahead of the writers queued after)."""
+    busy = Table(
+        name="wh_test_busy",
+        layer="warehouse",
+        columns=(C("k", "int", False), C("v", "int")),
+        key=("k",),
+        pg_indexes=(("v",),),
+        pg_fillfactor=60,
+    )
+    tables = [busy, ws.SLICE_TABLES[ws.TRADES], ws.WINDOW_LATEST]
+    warehouse.ensure_objects(tables)
+    with warehouse.connect("admin") as blocker:
+        blocker.execute("INSERT INTO dw.wh_test_busy VALUES (1, 1)")  # a migration under way: ROW EXCLUSIVE
+        blocker.execute("SELECT count(*) FROM streamdi.batch_metrics")  # a reader: ACCESS SHARE
+        blocker.execute("SELECT count(*) FROM dw.trade_window_answers")  # a dashboard on a view
+        with warehouse.connect("admin") as vacuum:  # a VACUUM's lock on the table, in a transaction of its own
+            vacuum.execute("LOCK TABLE dw.wh_test_busy IN SHARE UPDATE EXCLUSIVE MODE")
+            ensured = threading.Event()
+
+            def ensure() -> None:
+                open_warehouse(settings).ensure_objects(tables)  # a new process's handle
+                ensured.set()
+
+            starting = threading.Thread(target=ensure, daemon=True)
+            starting.start()
+            finished_alone = ensured.wait(30)
+            vacuum.rollback()
+        blocker.rollback()
+    starting.join(60)
+    assert finished_alone, "ensure_objects waited for the other transactions' locks"
+    options = "SELECT reloptions FROM pg_class WHERE oid = to_regclass('dw.wh_test_busy')"
+    assert warehouse.query(options)[1] == [(["fillfactor=60"],)]
+    index = "SELECT to_regclass('dw.wh_test_busy_v_idx') IS NOT NULL"
+    assert warehouse.query(index)[1] == [(True,)]
+
+
+def test_ensuring_objects_makes_what_an_older_warehouse_lacks(warehouse, settings):
+    """What a warehouse made by an earlier release lacks is made: a batch-metrics column added since, an index
+    declared since, and a view whose statement changed (its comment holds the digest of the statement that made it)."""
+    table = Table(name="wh_test_older", layer="warehouse", columns=(C("k", "int", False), C("v", "int")), key=("k",))
+    tables = [table, ws.SLICE_TABLES[ws.TRADES], ws.WINDOW_LATEST]
+    warehouse.ensure_objects(tables)
+    warehouse.query("ALTER TABLE streamdi.batch_metrics DROP COLUMN staged_at", role="admin")
+    warehouse.query("COMMENT ON VIEW dw.trade_window_answers IS 'made by an older release'", role="admin")
+    indexed = dataclasses.replace(table, pg_indexes=(("v",),))
+    open_warehouse(settings).ensure_objects([indexed, *tables[1:]])
+    column = "SELECT 1 FROM pg_attribute WHERE attrelid = 'streamdi.batch_metrics'::regclass AND attname = 'staged_at'"
+    assert warehouse.query(column)[1] == [(1,)]
+    assert warehouse.query("SELECT to_regclass('dw.wh_test_older_v_idx') IS NOT NULL")[1] == [(True,)]
+    comment = "SELECT obj_description('dw.trade_window_answers'::regclass, 'pg_class')"
+    assert warehouse.query(comment)[1][0][0].startswith("streamdi ")
 
 
 def test_create_table_sql_rejects_tables_outside_the_warehouse_or_without_key():
