@@ -132,7 +132,7 @@ def supervise(command: list[str], env: dict[str, str], grace: float = STOP_GRACE
                     print("stopping Airflow (Ctrl-C again to kill it at once) ...", file=sys.stderr, flush=True)
                     _signal(process.pid, signal.SIGINT, group=False)
                     deadline = time.monotonic() + grace
-                else:
+                if len(stops) > 1:  # a second stop, also one that came within the same poll as the first
                     _signal(process.pid, signal.SIGKILL, group=True)
                 told = len(stops)
             elif deadline is not None and time.monotonic() > deadline:

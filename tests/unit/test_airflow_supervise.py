@@ -117,6 +117,14 @@ def test_a_second_ctrl_c_kills_at_once(tmp_path):
     assert supervisor.wait(30) == 128 + signal.SIGKILL
 
 
+def test_two_stops_at_once_kill_at_once(tmp_path):
+    """Two stop signals that reach the supervisor between two of its polls (0.2 s) count as two: a kill."""
+    supervisor, out = start(tmp_path, grace=600, IGNORE_INT="1")
+    os.killpg(supervisor.pid, signal.SIGINT)
+    os.killpg(supervisor.pid, signal.SIGTERM)
+    assert supervisor.wait(30) == 128 + signal.SIGKILL
+
+
 def test_the_standalone_stops_when_the_supervisor_is_killed(tmp_path):
     supervisor, out = start(tmp_path)
     supervisor.kill()
