@@ -156,6 +156,12 @@ class BatchFile:
     source_batch: int
 
 
+def _registered_in(rows: pa.Table) -> dict[str, BatchFile]:
+    """The files one data file of the log registers (`rows`: the columns of BatchFile, in its order), by path."""
+    found = [BatchFile(*values) for values in zip(*rows.to_pydict().values(), strict=True)]
+    return {f.file: f for f in found}
+
+
 class BatchLog:
     def __init__(self, lake: Lake) -> None:
         self.lake = lake
@@ -164,9 +170,13 @@ class BatchLog:
 
     # ---------------------------------------------------------------------------------------- files
     def registered_files(self) -> dict[str, BatchFile]:
-        """Every registered file by its landing path."""
-        rows = self.lake.read_arrow(BATCH_FILES).to_pylist()
-        return {r["file"]: BatchFile(**{k: r[k] for k in BatchFile.__dataclass_fields__}) for r in rows}
+        """Every registered file by its landing path. The log only grows: each of its data files is read once per
+        process (`Lake.fold_files`), so a long-running service that collects every micro-batch pays for the files
+        registered since its last call, not for the whole history again (SF 6 after 16 TPC-DI batches: 707 files,
+        ~25 ms a call read whole; the Python objects of its rows cost the most)."""
+        columns = list(BatchFile.__dataclass_fields__)
+        per_file = self.lake.fold_files(BATCH_FILES, columns, "batchlog/registered", _registered_in)
+        return {name: found for files in per_file.values() for name, found in files.items()}
 
     def register(self, files: list[LandedFile], *, now: dt.datetime) -> int | None:
         """Register `files` (not yet in the log) as the next micro-batch; return its batch id.

@@ -84,6 +84,31 @@ def test_register_allocates_consecutive_batches_and_keeps_file_order(batch_log):
     assert batch_log.registered_files()["Batch2/Trade.txt"].batch_id == 2
 
 
+def test_registered_files_follow_other_processes_and_compaction(tmp_path):
+    """`registered_files` reads each data file of the log once per process: what another process registers later,
+    and the log's files rewritten by a compaction, are still seen whole."""
+    mine = BatchLog(Lake(tmp_path / "lake"))
+    theirs = BatchLog(Lake(tmp_path / "lake"))  # another process's handle on the same lake
+    mine.register([landed("Batch1/Date.txt", sha="d")], now=NOW)
+    assert list(mine.registered_files()) == ["Batch1/Date.txt"]
+    for n in range(2, 6):
+        theirs.register([landed(f"Batch{n}/Trade.txt", sha=str(n), second=n, source_batch=n)], now=NOW)
+    expected = {
+        "Batch1/Date.txt": BatchFile(
+            1, 1, "Batch1/Date.txt", 10, "d" * 64, datetime(2024, 7, 1, 8, 0, 0, tzinfo=UTC), 1
+        ),
+        **{
+            f"Batch{n}/Trade.txt": BatchFile(
+                n, 1, f"Batch{n}/Trade.txt", 10, str(n) * 64, datetime(2024, 7, 1, 8, 0, n, tzinfo=UTC), n
+            )
+            for n in range(2, 6)
+        },
+    }
+    assert mine.registered_files() == expected
+    assert theirs.lake.compact(2) == {"platform.batch_files": 5}  # five files of one row each: one now
+    assert mine.registered_files() == expected
+
+
 def test_stages_run_in_order_and_a_repeated_mark_is_a_no_op(batch_log):
     batch_log.register([landed("Batch1/Date.txt", second=3), landed("Batch1/Time.txt", second=4)], now=NOW)
     batch_log.register([landed("Batch2/Trade.txt", second=8, source_batch=2)], now=NOW)
