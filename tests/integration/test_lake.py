@@ -1259,6 +1259,29 @@ def test_a_held_table_reads_only_the_files_a_new_version_adds_and_lets_the_remov
     assert sorted(lake.read_columns(table, ["id"])["id"].to_pylist()) == list(range(103))
 
 
+def test_a_held_table_is_given_the_rows_its_own_append_wrote(tmp_path):
+    """A held resident table gets the rows of the file its own append wrote (a micro-batch's staged records, read by
+    the steps right after): with every data file moved away, the new version is read whole from memory, with the
+    rows and types a read from the files gives."""
+    lake = Lake(tmp_path / "lake")
+    table = resident_table("held_append")
+    away = tmp_path / "away"
+    lake.append(table, arrow_rows(table, [row(i) for i in range(50)]), app_id="a", version=1)
+    for _ in range(2):  # from its files, then held
+        assert lake.read_where(table, pc.field("id") == 3, ["id"])["id"].to_pylist() == [3]
+    lake.append(table, arrow_rows(table, [row(i) for i in range(50, 60)]), app_id="a", version=2)
+    from_files = Lake(tmp_path / "lake").read_columns(table, table.column_names)  # another process, from the files
+
+    hide_files(lake, table, away)
+    held = lake.read_columns(table, table.column_names).sort_by("id")
+    assert held.schema == table.arrow_schema() and held.num_rows == 60  # the declared types, as a held read gives
+    assert held.equals(from_files.sort_by("id").cast(held.schema))
+    assert lake.read_where(table, pc.field("id") >= 58, ["id", "name"]).sort_by("id").to_pylist() == [
+        {"id": 58, "name": "name-58"},
+        {"id": 59, "name": "name-59"},
+    ]
+
+
 def test_a_fold_over_files_computes_each_data_file_once_and_forgets_the_files_a_commit_removed(tmp_path):
     """`Lake.fold_files`: one value per data file of the latest snapshot, each file's computed once per fold name; an
     append computes its new file only; a MERGE's rewritten file is computed and the file it replaced is gone."""
