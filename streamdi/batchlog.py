@@ -393,20 +393,28 @@ class BatchLog:
             return None
         return cls(lake)
 
-    def arrivals(self) -> dict[int, dt.datetime]:
-        """When each batch arrived: the `arrived_at` of its last file. Reads only those two columns (the batch log
-        grows, and every migration reads this)."""
-        data = self.lake.read_columns(BATCH_FILES, ["batch_id", "arrived_at"])
+    def arrivals(self, after: int = 0) -> dict[int, dt.datetime]:
+        """When each batch after `after` arrived: the `arrived_at` of its last file. Reads only those two columns of
+        those batches' rows (the batch log grows, and every migration reads this: at 10,000 micro-batches of 13 files,
+        49 ms for every batch)."""
+        columns = ["batch_id", "arrived_at"]
+        data = self.lake.read_where(BATCH_FILES, pc.field("batch_id") > after, columns) if after else None
+        data = self.lake.read_columns(BATCH_FILES, columns) if data is None else data
         if data.num_rows == 0:
             return {}
         latest = data.group_by("batch_id", use_threads=False).aggregate([("arrived_at", "max")])
         return dict(zip(latest["batch_id"].to_pylist(), latest["arrived_at_max"].to_pylist(), strict=True))
 
-    def stage_progress(self, stages: Iterable[str] = STAGES) -> dict[tuple[int, str], tuple[str, dt.datetime | None]]:
-        """Each (batch, stage) of `stages` that has an event: its state (as `states`: from the events it has, not
-        their times) and when it was marked done (None unless it is done; a stage is marked done once). Reads only
-        the events' batch, stage, state and time columns."""
-        events = self.lake.read_columns(BATCH_EVENTS, ["batch_id", "stage", "state", "at"])
+    def stage_progress(
+        self, stages: Iterable[str] = STAGES, after: int = 0
+    ) -> dict[tuple[int, str], tuple[str, dt.datetime | None]]:
+        """Each (batch, stage) of `stages` that has an event, of the batches after `after`: its state (as `states`:
+        from the events it has, not their times) and when it was marked done (None unless it is done; a stage is
+        marked done once). Reads only the events' batch, stage, state and time columns, and turns only those
+        batches' rows into Python objects (at 10,000 micro-batches: 181 ms for every batch)."""
+        columns = ["batch_id", "stage", "state", "at"]
+        events = self.lake.read_where(BATCH_EVENTS, pc.field("batch_id") > after, columns) if after else None
+        events = self.lake.read_columns(BATCH_EVENTS, columns) if events is None else events
         events = events.filter(pc.is_in(events["stage"], pa.array(list(stages), pa.string()))).to_pylist()
         done_at = {(e["batch_id"], e["stage"]): e["at"] for e in events if e["state"] == DONE}
         states = stage_states(events)

@@ -109,6 +109,24 @@ def test_registered_files_follow_other_processes_and_compaction(tmp_path):
     assert mine.registered_files() == expected
 
 
+def test_the_migrators_readers_read_only_the_batches_after_a_given_one(batch_log):
+    """`stage_progress` and `arrivals` with `after`: only the batches after it (the migrator's, after the last
+    visible one), the same entries as the whole read gives for them."""
+    for n in (1, 2, 3):
+        batch_log.register([landed(f"Batch{n}/Trade.txt", second=n, source_batch=n)], now=NOW)
+        batch_log.mark(n, "stage", "done", now=T0.replace(minute=n))
+    batch_log.mark(1, "transform", "done", now=T0.replace(minute=10))
+    batch_log.skip(3, "a bad file", now=NOW)
+    every = batch_log.stage_progress(("stage", "transform"))
+    assert batch_log.stage_progress(("stage", "transform"), after=1) == {k: v for k, v in every.items() if k[0] > 1}
+    assert batch_log.stage_progress(("stage", "transform"), after=2) == {
+        (3, "stage"): ("done", T0.replace(minute=3)),
+        (3, "transform"): ("skipped", None),
+    }
+    assert batch_log.arrivals(after=1) == {2: T0.replace(second=2), 3: T0.replace(second=3)}
+    assert batch_log.arrivals() == {1: T0.replace(second=1), **batch_log.arrivals(after=1)}
+
+
 def test_stages_run_in_order_and_a_repeated_mark_is_a_no_op(batch_log):
     batch_log.register([landed("Batch1/Date.txt", second=3), landed("Batch1/Time.txt", second=4)], now=NOW)
     batch_log.register([landed("Batch2/Trade.txt", second=8, source_batch=2)], now=NOW)
