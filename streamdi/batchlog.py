@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.model import Table
 from schemas.platform import BATCH_EVENTS, BATCH_FILES
 from streamdi.lake import Lake
 
@@ -393,13 +394,15 @@ class BatchLog:
             return None
         return cls(lake)
 
+    def _after(self, table: Table, columns: list[str], after: int) -> pa.Table:
+        """`columns` of the log's rows of the batches after `after` (0: every batch)."""
+        return self.lake.read_if_exists(table, columns, pc.field("batch_id") > after if after else None)
+
     def arrivals(self, after: int = 0) -> dict[int, dt.datetime]:
         """When each batch after `after` arrived: the `arrived_at` of its last file. Reads only those two columns of
         those batches' rows (the batch log grows, and every migration reads this: at 10,000 micro-batches of 13 files,
         49 ms for every batch)."""
-        columns = ["batch_id", "arrived_at"]
-        data = self.lake.read_where(BATCH_FILES, pc.field("batch_id") > after, columns) if after else None
-        data = self.lake.read_columns(BATCH_FILES, columns) if data is None else data
+        data = self._after(BATCH_FILES, ["batch_id", "arrived_at"], after)
         if data.num_rows == 0:
             return {}
         latest = data.group_by("batch_id", use_threads=False).aggregate([("arrived_at", "max")])
@@ -412,9 +415,7 @@ class BatchLog:
         from the events it has, not their times) and when it was marked done (None unless it is done; a stage is
         marked done once). Reads only the events' batch, stage, state and time columns, and turns only those
         batches' rows into Python objects (at 10,000 micro-batches: 181 ms for every batch)."""
-        columns = ["batch_id", "stage", "state", "at"]
-        events = self.lake.read_where(BATCH_EVENTS, pc.field("batch_id") > after, columns) if after else None
-        events = self.lake.read_columns(BATCH_EVENTS, columns) if events is None else events
+        events = self._after(BATCH_EVENTS, ["batch_id", "stage", "state", "at"], after)
         events = events.filter(pc.is_in(events["stage"], pa.array(list(stages), pa.string()))).to_pylist()
         done_at = {(e["batch_id"], e["stage"]): e["at"] for e in events if e["state"] == DONE}
         states = stage_states(events)
