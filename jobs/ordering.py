@@ -10,7 +10,6 @@ operator resumes the batch (then it only warns).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +19,11 @@ import pyarrow.compute as pc
 from schemas.model import Table
 from schemas.ordering import Ordering
 from schemas.quality import QUARANTINE
-from streamdi.collector import Part, missing_predecessors, part_of
+from streamdi.parts import Part, missing_predecessors, part_of
 from streamdi.quality import CheckOutcome, Validated
 from streamdi.suites import Check, Suite
 
-__all__ = ["Part", "check_staged", "group_files", "missing_predecessors", "order_violations", "part_of"]
+__all__ = ["Part", "check_staged", "missing_predecessors", "order_violations", "part_of"]
 
 CONTRACTS_FILE = Path(__file__).resolve().parents[1] / "schemas" / "ordering.py"
 MAX_SHOWN = 20  # failing values kept per check
@@ -78,12 +77,6 @@ def order_violations(rows: pa.Table, key: str, earlier: pa.Table | None = None) 
                 continue
             top = (value, file, line, new)
     return sorted(violations, key=lambda v: (v.file, v.line_no))
-
-
-def group_files(files: Iterable[str], of: Iterable[str]) -> list[str]:
-    """The files among `files` that are parts of the same groups as the parts in `of`."""
-    groups = {p.group for p in map(part_of, of) if p is not None}
-    return [f for f in files if (p := part_of(f)) is not None and p.group in groups]
 
 
 ORDER_CHECK = "declared_order"

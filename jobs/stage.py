@@ -70,7 +70,7 @@ from schemas.quality import QUALITY_RESULTS, QUARANTINE
 from schemas.sources import ALL_SOURCES
 from schemas.staging import FINWIRE_TABLES, REJECTS
 from streamdi import quality
-from streamdi.batchlog import BatchFile
+from streamdi.batchlog import BatchFile, Registered
 from streamdi.context import JobContext
 from streamdi.pools import kept_pool
 
@@ -125,8 +125,7 @@ def run(
     files: list[BatchFile],
     *,
     attempt: int = 0,
-    earlier: dict[tuple[int, str], str] | None = None,
-    registered_before: list[str] | None = None,
+    registered: Registered | None = None,
 ) -> StageReport:
     """Stage every file of micro-batch `batch_id`: one app-transaction commit per staging table.
 
@@ -142,20 +141,22 @@ def run(
     (`_Commits`). Raises if the counts of a file do not reconcile
     (lines or actions read != staged + rejected), which would be a bug, not bad data.
 
-    A data file whose bytes repeat a file of the same TPC-DI batch registered before it (`earlier`: (TPC-DI batch,
-    sha256) -> file, for the files of earlier micro-batches; then this batch's files in their order) is a duplicate
+    `registered` answers what the stage asks of the files registered before (`streamdi.batchlog.Registered`; None:
+    nothing was). A data file whose bytes repeat a file of the same TPC-DI batch registered before it (by an earlier
+    micro-batch, or earlier in this one's order) is a duplicate
     delivery (a producer's retry, a piece sent twice): it is not staged, and `StageReport.duplicates` names it with
     the file it repeats. Audit files are always staged (their figures are keyed by their path). Files of different
     TPC-DI batches never count as duplicates (Prospect.csv is a full snapshot in every batch, and may repeat).
 
     Each delimited source's rows are checked against its ordering contract (`schemas.ordering`, `jobs.ordering`)
-    before its suite: a totally ordered source's keys must increase across its parts (`registered_before`: the
-    files of earlier micro-batches, whose staged keys the check reads for the parts' groups), a violation halts the
+    before its suite: a totally ordered source's keys must increase across its parts (the staged keys of the parts'
+    groups registered by earlier micro-batches are read for it), a violation halts the
     batch; a part whose predecessor is not registered in this or an earlier micro-batch follows
     `missing_part_policy`.
     """
     report = StageReport(batch_id)
-    seen = dict(earlier or {})
+    registered = registered or Registered(None, batch_id)
+    seen = registered.copies(files)
     by_source: dict[str, tuple[SourceFile, list[BatchFile]]] = {}
     finwire_files: list[BatchFile] = []
     xml_files: list[BatchFile] = []
@@ -198,21 +199,22 @@ def run(
     quarantined: list[pa.Table] = []
     results: list[pa.Table] = []
     parsed = _overlapped([_timed(batch_id, what, parse) for what, _, parse in _largest_first(parses)])
-    before = registered_before or []
-    missing = ordering.missing_predecessors([bf.file for bf in files], [*before, *(bf.file for bf in files)])
+    missing = registered.missing_predecessors([bf.file for bf in files])
     validator = quality.validator()
     commits = _Commits()
     for tables, rejected, counts in parsed:
         for table, rows in tables:
             source = _DELIMITED_BY_TABLE.get(table.name)
             if isinstance(rows, Written):  # parsed, checked and written by Spark's executors
-                if _written_checked(ctx, report, rows, counts, source, missing, before, results, quarantined, attempt):
+                if _written_checked(
+                    ctx, report, rows, counts, source, missing, registered, results, quarantined, attempt
+                ):
                     commits.submit(ctx.lake.append_written, table, app_id=f"stage/{table.name}", version=batch_id)
                 else:
                     ctx.lake.discard_written(table, app_id=f"stage/{table.name}", version=batch_id)
                 continue
             if source is not None:
-                contract = _check_contract(ctx, table, rows, source, missing, before, resumed=attempt > 0)
+                contract = _check_contract(ctx, table, rows, source, missing, registered, resumed=attempt > 0)
                 _record_contract(report, results, table, contract, attempt)
                 if contract.halts:  # held back, like a suite's halt: the operator's resume re-stages them
                     _count_removed(counts, rows, rows.slice(0, 0), held=True)
@@ -294,7 +296,7 @@ def _written_checked(
     counts: list[FileReport],
     source: SourceFile | None,
     missing: dict[str, str],
-    before: list[str],
+    registered: Registered,
     results: list[pa.Table],
     quarantined: list[pa.Table],
     attempt: int,
@@ -307,7 +309,7 @@ def _written_checked(
     if source is not None:  # FINWIRE declares no ordering contract
         empty = table.arrow_schema().empty_table()
         contract = _check_contract(
-            ctx, table, empty, source, missing, before, resumed=attempt > 0, files=written.files_with_rows
+            ctx, table, empty, source, missing, registered, resumed=attempt > 0, files=written.files_with_rows
         )
         _record_contract(report, results, table, contract, attempt)
         held = bool(contract.halts)
@@ -356,7 +358,7 @@ def _check_contract(
     rows: pa.Table,
     source: SourceFile,
     missing: dict[str, str],
-    before: list[str],
+    registered: Registered,
     *,
     resumed: bool,
     files: set[str] | None = None,
@@ -366,7 +368,7 @@ def _check_contract(
     contract = contract_for(source.name)
     earlier = None
     if contract.kind == "total" and rows.num_rows:
-        neighbours = ordering.group_files(before, pc.unique(rows["source_file"]).to_pylist())
+        neighbours = registered.group_files(pc.unique(rows["source_file"]).to_pylist())
         if neighbours and ctx.lake.exists(table):
             earlier = ctx.lake.read_where(
                 table, pc.field("source_file").isin(neighbours), ["source_file", "line_no", contract.key]

@@ -10,6 +10,7 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING
 
+from streamdi.collector import Listing
 from streamdi.lake import MIB, Lake
 from streamdi.memory import keep_giving_back, use_returning_pool
 from streamdi.settings import Settings
@@ -42,6 +43,7 @@ class JobContext:
             settings.lake_root, spark, spark_factory=lambda: self.spark, resident_bytes=settings.resident_mb * MIB
         )
         self._warehouse: Warehouse | None = None
+        self.landing = Listing()  # what the process remembers of the landing zone between its collects
         use_returning_pool()  # Arrow's freed memory back to the system (`streamdi.memory`)
         keep_giving_back(settings.malloc_trim_seconds)  # the process's freed memory back to the system
         self._starting = threading.Lock()

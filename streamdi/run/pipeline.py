@@ -51,7 +51,7 @@ def _leased(job):
 def collect_job(ctx: JobContext, hold: Callable[[list[str], set[str]], set[str]] | None = None) -> CollectResult:
     """Register new landing files as the next micro-batch (`hold`: see `streamdi.collector.collect`)."""
     ctx.settings.landing_dir.mkdir(parents=True, exist_ok=True)
-    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=wall_clock(), hold=hold)
+    return collect(BatchLog(ctx.lake), ctx.settings.landing_dir, now=wall_clock(), hold=hold, listing=ctx.landing)
 
 
 @_leased
@@ -60,19 +60,12 @@ def stage_job(ctx: JobContext, batch_id: int) -> dict:
     (the detail then has `halted`, the reason); otherwise the stage is marked done."""
     warm_up()  # Great Expectations imports while Spark parses
     batch_log = BatchLog(ctx.lake)
-    every = list(batch_log.registered_files().values())  # one read of the batch log's files serves both below
-    registered = sorted(every, key=lambda f: (f.batch_id, f.file_seq))
-    earlier = {}
-    for f in registered:
-        if f.batch_id < batch_id:
-            earlier.setdefault((f.source_batch, f.sha256), f.file)
     report = stage.run(
         ctx,
         batch_id,
-        [f for f in every if f.batch_id == batch_id],  # as `BatchLog.files` gives them
+        batch_log.files(batch_id),
         attempt=batch_log.resumes(batch_id, "stage"),
-        earlier=earlier,
-        registered_before=[f.file for f in registered if f.batch_id < batch_id],
+        registered=batch_log.before(batch_id),
     )
     detail = {
         "read": report.read,

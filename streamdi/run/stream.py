@@ -52,11 +52,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from streamdi.batchlog import BatchLog
-from streamdi.collector import missing_predecessors, part_of
 from streamdi.context import JobContext
 from streamdi.errors import causes
 from streamdi.generator.drip import manifest_path
 from streamdi.locks import HeldElsewhere, flocked_nowait, lake_lease
+from streamdi.parts import Part, missing_predecessors, part_of, parts_of
 from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
 from streamdi.run.stream_status import LOCK_FILE, STATUS_FILE, folder
 
@@ -137,6 +137,8 @@ class StreamService:
         self.folder = folder(ctx.settings)
         self._stop = threading.Event()
         self._registered: set[str] = set()
+        self._parts: set[Part] = set()  # the parts among `_registered` (held parts wait for their predecessor)
+        self._quiet: dict = {}  # the landing directories a look found nothing waiting in (`waiting_files`)
         self._first_seen: dict[str, float] = {}  # waiting file -> monotonic time it was first listed
         self._recent: deque[dict] = deque(maxlen=RECENT)
         self._held: set[str] = set()  # waiting parts held back for their predecessor
@@ -199,7 +201,7 @@ class StreamService:
             if isinstance(ready, RemoteValidator):
                 ready.wait_ready()
             batch_log = BatchLog(self.ctx.lake)
-            self._registered = set(batch_log.registered_files())
+            self._reload(batch_log)
             idle_since = time.monotonic()
             pending = True  # a (re)start first finishes whatever the batch log has pending
             last_write = 0.0
@@ -234,7 +236,7 @@ class StreamService:
                         self._failed(exc, failures)
                         pending = True  # the batch log has the work that is left
                         # and the files that run registered before it failed
-                        self._registered = set(batch_log.registered_files())
+                        self._reload(batch_log)
                         continue
                     if failures:
                         log.warning("the stream goes on after %s failed attempt(s)", failures)
@@ -242,9 +244,10 @@ class StreamService:
                         self._set(error=None)
                     self._registered.update(f.file for f in report.collected.files)
                     self._registered.update(report.collected.changed)
+                    self._parts |= parts_of(f.file for f in report.collected.files)
                     if fire and not report.collected.files and not report.steps:
                         # what seemed to wait was registered by another collector (a CLI run beside the service)
-                        self._registered = set(batch_log.registered_files())
+                        self._reload(batch_log)
                     for name in report.collected.changed:
                         log.warning("%s changed after it was collected; ignored", name)
                     pending = False
@@ -295,9 +298,14 @@ class StreamService:
         self.ctx.forget_exited_spark()  # a driver JVM that died (out of memory, killed) starts again when next used
         self._stop.wait(delay)
 
+    def _reload(self, batch_log: BatchLog) -> None:
+        """The registered files and parts, from the batch log (at a start, and after another collector's work)."""
+        self._registered = set(batch_log.registered_files())
+        self._parts = set(batch_log.registered_parts())
+
     def _look(self) -> list[tuple[str, int, float]]:
         """The waiting files, and the status fields that describe them."""
-        waiting = list(waiting_files(self.ctx.settings.landing_dir, self._registered))
+        waiting = list(waiting_files(self.ctx.settings.landing_dir, self._registered, self._quiet))
         now = time.monotonic()
         names = {name for name, _, _ in waiting}
         self._first_seen = {name: self._first_seen.get(name, now) for name in names}
@@ -305,7 +313,7 @@ class StreamService:
         self.status.waiting_files = len(waiting)
         self.status.waiting_bytes = sum(size for _, size, _ in waiting)
         self.status.lag_seconds = round(max(0.0, time.time() - oldest), 3) if oldest is not None else 0.0
-        self._held = held_parts(sorted(names), self._registered, self._first_seen, now, self.grace)
+        self._held = held_parts(sorted(names), self._parts, self._first_seen, now, self.grace)
         self.status.held_files = sorted(self._held)
         if self.trigger.cut == "round":
             self._round = next_round(sorted(names), self._registered, self._held, self._declared())
@@ -355,7 +363,8 @@ class StreamService:
         because its grace is over is logged (its stage then records the `predecessor_present` check). With a round
         cut, also every file outside the round the trigger fired for (every file in a run the trigger did not start:
         a (re)start first finishes the batch log's pending work, and cuts nothing)."""
-        held = held_parts(new, registered, self._first_seen, time.monotonic(), self.grace)
+        present = BatchLog(self.ctx.lake).registered_parts()  # `registered` as parts, from the log's index
+        held = held_parts(new, present, self._first_seen, time.monotonic(), self.grace)
         if self.trigger.cut == "round":
             chosen = self._round
             if not self._cutting or chosen is None:
@@ -366,7 +375,7 @@ class StreamService:
                 held |= {f for f in new if (p := part_of(f)) is None or (p.source_batch, p.number) != chosen.key}
             if chosen.complete is False:
                 log.warning("round %s cut without all of its declared files after %gs", chosen.key, self.grace)
-        for name, before in sorted(missing_predecessors(new, [*registered, *new]).items()):
+        for name, before in sorted(missing_predecessors(new, present | parts_of(new)).items()):
             if name not in held:
                 log.warning("%s: its predecessor %s has not arrived in %gs; cut without it", name, before, self.grace)
         return held

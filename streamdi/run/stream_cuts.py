@@ -10,13 +10,16 @@ Where it sits: landing zone -> (here: what waits, and whether to cut now) -> the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamdi.collector import is_collectable, part_of
+from streamdi.collector import is_collectable
+from streamdi.parts import Part, part_of
 
 CUTS = ("time", "round")
+SETTLED_NS = 2_000_000_000  # a directory modified longer ago than this is listed again only once it changes
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,11 @@ class Trigger:
 
 
 def held_parts(
-    new: list[str], registered: set[str], first_seen: dict[str, float], now: float, grace: float
+    new: list[str], present: Container[Part], first_seen: dict[str, float], now: float, grace: float
 ) -> set[str]:
-    """The parts among `new` to hold back for now: a part whose predecessor (`streamdi.collector.Part`) is neither
-    registered nor among `new`, or is held itself, until it has waited `grace` seconds (`first_seen`: when the
-    service first listed it; a file never listed has just arrived). Whole files are never held."""
-    present = {p for p in map(part_of, registered) if p is not None}
+    """The parts among `new` to hold back for now: a part whose predecessor (`streamdi.parts.Part`) is neither
+    `present` (registered) nor among `new`, or is held itself, until it has waited `grace` seconds (`first_seen`:
+    when the service first listed it; a file never listed has just arrived). Whole files are never held."""
     arrived: dict = {}
     for file in new:
         part = part_of(file)
@@ -98,22 +100,54 @@ def next_round(
     return Round(key, files, complete)
 
 
-def waiting_files(landing: Path, registered: set[str]) -> Iterator[tuple[str, int, float]]:
-    """(relative path, size, mtime) of every collectable file under `landing` that `registered` lacks."""
+def waiting_files(
+    landing: Path, registered: set[str], quiet: dict[str, tuple[int, list[Path]]] | None = None
+) -> Iterator[tuple[str, int, float]]:
+    """(relative path, size, mtime) of every collectable file under `landing` that `registered` lacks.
+
+    `quiet`, kept by the caller between calls, remembers the directories a listing found nothing waiting in (path ->
+    their modification time, their subdirectories). A directory's modification time changes whenever a name is added,
+    removed or renamed in it, and the registered files only grow, so one whose time is unchanged still has nothing
+    waiting and is not listed again: a long-running service's look costs the directories that changed, not every file
+    ever landed (130,000 landed files: ~140 ms a look listed whole). A time younger than `SETTLED_NS` is not trusted
+    (a name added within the same tick of the file system's clock would leave it unchanged)."""
     if not landing.is_dir():
         return
+    skip = len(str(landing)) + 1  # a path's relative part, without building a Path for each entry
+    settled = time.time_ns() - SETTLED_NS
     stack = [landing]
     while stack:
         directory = stack.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith((".", "_")):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                    continue
-                relative = Path(entry.path).relative_to(landing).as_posix()
-                if relative in registered or not is_collectable(entry.name):
-                    continue
-                stat = entry.stat()
-                yield relative, stat.st_size, stat.st_mtime
+        key = str(directory)
+        try:
+            mtime = os.stat(directory).st_mtime_ns if quiet is not None else 0
+        except FileNotFoundError:
+            continue
+        known = quiet.get(key) if quiet is not None else None
+        if known is not None and known[0] == mtime:
+            stack.extend(known[1])
+            continue
+        subdirectories: list[Path] = []
+        nothing_waits = True
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.startswith((".", "_")):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        subdirectories.append(Path(entry.path))
+                        continue
+                    relative = entry.path[skip:] if os.sep == "/" else Path(entry.path).relative_to(landing).as_posix()
+                    if relative in registered or not is_collectable(entry.name):
+                        continue
+                    nothing_waits = False
+                    stat = entry.stat()
+                    yield relative, stat.st_size, stat.st_mtime
+        except FileNotFoundError:
+            continue
+        stack.extend(subdirectories)
+        if quiet is not None:
+            if nothing_waits and mtime < settled:
+                quiet[key] = (mtime, subdirectories)
+            else:
+                quiet.pop(key, None)

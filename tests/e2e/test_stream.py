@@ -21,10 +21,10 @@ from windows_oracle import answered_rows, expected_windows, named_query_rows, st
 
 from streamdi import embedded_pg
 from streamdi.batchlog import BatchLog
-from streamdi.collector import part_of
 from streamdi.delivery import deliver_batch, root_audits
 from streamdi.generator.drip import DripOptions, drip, plan
 from streamdi.lake import Lake
+from streamdi.parts import part_of
 from streamdi.queries import NAMED_QUERIES
 from streamdi.settings import Settings
 from streamdi.warehouse import open_warehouse
@@ -96,13 +96,7 @@ def assert_equals_reference(home: Path, expected: dict) -> None:
 
 
 def stage_details(home: Path) -> list[dict]:
-    log = BatchLog(Lake(home / "lake"))
-    details = []
-    for batch_id in log.batch_ids():
-        for event in log._events(batch_id):
-            if event["stage"] == "stage" and event["state"] == "done" and event.get("detail"):
-                details.append(json.loads(event["detail"]) if isinstance(event["detail"], str) else event["detail"])
-    return details
+    return [detail for detail in BatchLog(Lake(home / "lake")).done_details("stage").values() if detail]
 
 
 def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_path):

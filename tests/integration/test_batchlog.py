@@ -109,6 +109,54 @@ def test_registered_files_follow_other_processes_and_compaction(tmp_path):
     assert mine.registered_files() == expected
 
 
+def test_stage_states_follow_other_processes_and_compaction(tmp_path):
+    """The events are folded per data file of the log once per process: marks, halts, resumes and skips made
+    through another handle afterwards, and a compaction of the log, give the plan, halts and states a fresh
+    process reads."""
+    mine = BatchLog(Lake(tmp_path / "lake"))
+    theirs = BatchLog(Lake(tmp_path / "lake"))
+    for n in (1, 2, 3, 4):
+        theirs.register([landed(f"Batch{n}/Trade.txt", sha=str(n), second=n, source_batch=n)], now=NOW)
+    assert mine.pending() == [(b, s) for b in (1, 2, 3, 4) for s in ("stage", "transform", "migrate")]
+    for stage in ("stage", "transform", "migrate"):
+        theirs.mark(1, stage, "done", now=T0)
+    theirs.mark(2, "stage", "done", now=T0)
+    theirs.halt(2, "transform", "a failed check", now=T0.replace(hour=9))
+    assert mine.pending() == [] and mine.halted() == [Halt(2, "transform", "a failed check", T0.replace(hour=9))]
+    theirs.resume(2, now=T0.replace(hour=10))
+    assert mine.resumes(2, "transform") == 1 and mine.halted() == []
+    theirs.halt(2, "transform", "failed again", now=T0.replace(hour=11))
+    assert mine.halted() == [Halt(2, "transform", "failed again", T0.replace(hour=11))]
+    theirs.resume(2, now=T0.replace(hour=12))
+    theirs.skip(3, "a bad file", now=T0)
+    expected_states = {
+        **{(1, s): "done" for s in ("stage", "transform", "migrate")},
+        (2, "stage"): "done",
+        (2, "transform"): "resumed",
+        **{(3, s): "skipped" for s in ("stage", "transform", "migrate")},
+    }
+    expected_pending = [(2, "transform"), (2, "migrate"), (4, "stage"), (4, "transform"), (4, "migrate")]
+
+    def answers(log: BatchLog) -> tuple:
+        progress = log.progress()
+        assert (progress.pending, progress.halted, progress.states) == (log.pending(), log.halted(), log.states())
+        return progress.pending, progress.halted, progress.states, log.skipped_batches(), log.resumes(2, "transform")
+
+    assert answers(mine) == (expected_pending, [], expected_states, frozenset({3}), 2)
+    assert mine.files(4) == [batch_file(4, 1, landed("Batch4/Trade.txt", sha="4", second=4, source_batch=4))]
+    assert (mine.last_batch_id(), mine.batch_ids(), mine.is_done(1, "migrate")) == (4, [1, 2, 3, 4], True)
+    assert theirs.lake.compact(2)["platform.batch_events"] == 11  # one file per event: one now
+    assert answers(mine) == (expected_pending, [], expected_states, frozenset({3}), 2)
+    script = (
+        "import sys; from streamdi.batchlog import BatchLog; from streamdi.lake import Lake; "
+        "p = BatchLog(Lake(sys.argv[1])).progress(); print(p.pending, p.halted, sorted(p.states.items()))"
+    )
+    fresh = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "lake")], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert fresh.stdout.strip() == f"{expected_pending} [] {sorted(expected_states.items())}"
+
+
 def test_the_migrators_readers_read_only_the_batches_after_a_given_one(batch_log):
     """`stage_progress` and `arrivals` with `after`: only the batches after it (the migrator's, after the last
     visible one), the same entries as the whole read gives for them."""

@@ -160,3 +160,38 @@ def test_only_regular_files_inside_the_landing_zone_are_collected_and_read(tmp_p
     with pytest.raises(NotARegularFile, match="Trade.txt is not a regular file"):
         read_landed(landing / "Batch1" / "Trade.txt")
     assert read_landed(landing / "Batch1" / "StatusType.txt") == b"ACTV|Active\n"
+
+
+def test_a_listing_leaves_unchanged_directories_unlisted_until_they_change_or_its_full_scan(tmp_path, caplog):
+    """A long-lived collector's `Listing`: a directory whose files were all registered and unchanged is not listed
+    again while its modification time stays (a name added or removed changes it); every `full_every` seconds
+    everything is listed again, so a registered file changed in place is still reported."""
+    from streamdi.batchlog import BatchFile
+    from streamdi.collector import Listing
+
+    deliver(tmp_path, "Batch2/Trade.txt", b"t1", at(10))
+    deliver(tmp_path, "Batch2/Account.txt", b"a1", at(11))
+    old = datetime(2024, 7, 1, 7, tzinfo=UTC).timestamp()
+    for directory in (tmp_path, tmp_path / "Batch2"):
+        os.utime(directory, (old, old))  # settled: older than the file system clock's tick
+    known = {
+        f.file: BatchFile(1, seq, f.file, f.size_bytes, f.sha256, f.arrived_at, f.source_batch)
+        for seq, f in enumerate(scan_landing(tmp_path), start=1)
+    }
+    listing = Listing(full_every=3600)
+    assert scan_landing(tmp_path, known, listing) == []  # registered as they are: nothing for a collect
+    assert set(listing.quiet) == {str(tmp_path), str(tmp_path / "Batch2")}
+
+    # a file changed in place leaves its directory's time alone: not looked at until the next full scan
+    deliver(tmp_path, "Batch2/Trade.txt", b"t2 longer", at(12))
+    os.utime(tmp_path / "Batch2", (old, old))
+    assert scan_landing(tmp_path, known, listing) == []
+    assert scan_landing(tmp_path, known) != []  # without the listing it is seen at once
+    listing.listed_whole_at = None  # the full scan is due
+    changed = scan_landing(tmp_path, known, listing)
+    assert [(f.file, f.size_bytes) for f in changed] == [("Batch2/Trade.txt", 9)]
+    assert str(tmp_path / "Batch2") not in listing.quiet  # it holds a changed file: listed at every scan
+
+    # a new name changes its directory's time: listed at once, however recent the full scan
+    deliver(tmp_path, "Batch2/Customer.txt", b"c", at(13))
+    assert [f.file for f in scan_landing(tmp_path, known, listing)] == ["Batch2/Trade.txt", "Batch2/Customer.txt"]

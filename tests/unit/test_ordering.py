@@ -8,6 +8,7 @@ import pytest
 from jobs.ordering import Part, check_staged, missing_predecessors, order_violations, part_of
 from schemas import sources as src
 from schemas.ordering import BAG, BY_CDC_DSN, CONTRACTS, Ordering, contract_for
+from streamdi.parts import parts_of
 
 
 def test_every_delimited_source_declares_its_order():
@@ -40,7 +41,7 @@ def test_missing_predecessors_per_source_batch_and_channel():
         "Batch2/Account.txt",  # a whole file
         "WatchHistory_batch2_0000.txt",  # a first part
     ]
-    assert missing_predecessors(files, [*known, *files]) == {
+    assert missing_predecessors(files, parts_of([*known, *files])) == {
         "Trade_batch2_0004.txt": "trade_batch2_0003",
         "Customer_batch2_0001.txt": "customer_batch2_0000",
     }

@@ -3,12 +3,14 @@ rows/s."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
 
 from streamdi.batchlog import percentile
+from streamdi.parts import parts_of
 from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
 from streamdi.run.stream_status import rows_per_second, summary
 
@@ -165,7 +167,7 @@ def test_the_summary_leaves_the_cold_first_micro_batch_out_of_the_percentiles():
 
 
 def test_a_part_is_held_until_its_predecessor_arrives_or_its_grace_is_over():
-    registered = {"Trade_batch2_0000.txt", "Batch2/Account.txt"}
+    registered = parts_of({"Trade_batch2_0000.txt", "Batch2/Account.txt"})
     new = [
         "Trade_batch2_0002.txt",  # 0001 missing: held
         "Trade_batch2_0003.txt",  # after a held part: held
@@ -208,3 +210,29 @@ def test_a_failure_that_lost_a_connection_is_told_from_others_through_its_causes
     assert _connection_lost(chained(RuntimeError("stage failed"), EOFError()))
     assert not _connection_lost(chained(RuntimeError("stage failed"), ValueError("bad row")))
     assert not _connection_lost(OSError(28, "No space left on device"))
+
+
+def test_waiting_files_leaves_a_directory_nothing_waits_in_unlisted_until_a_name_changes(tmp_path):
+    """The service's look (`waiting_files` with `quiet`): a directory whose files are all registered is not listed
+    again while its modification time stays; a name added to it changes that time and is seen at once."""
+    for name in ("crm/Customer_batch2_0000.txt", "Trade_batch2_0000.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    old = 1_700_000_000
+    for directory in (tmp_path, tmp_path / "crm"):
+        os.utime(directory, (old, old))
+    registered = {"crm/Customer_batch2_0000.txt", "Trade_batch2_0000.txt"}
+    quiet: dict = {}
+    assert list(waiting_files(tmp_path, registered, quiet)) == []
+    assert set(quiet) == {str(tmp_path), str(tmp_path / "crm")}
+    # a name that appeared without a change of the time (only a test can do that) is not looked for
+    (tmp_path / "crm" / "Customer_batch2_0001.txt").write_text("y")
+    os.utime(tmp_path / "crm", (old, old))
+    assert list(waiting_files(tmp_path, registered, quiet)) == []
+    assert [name for name, _, _ in waiting_files(tmp_path, registered)] == ["crm/Customer_batch2_0001.txt"]
+    # a real arrival changes the directory's time
+    (tmp_path / "crm" / "Customer_batch2_0002.txt").write_text("z")
+    assert sorted(name for name, _, _ in waiting_files(tmp_path, registered, quiet)) == [
+        "crm/Customer_batch2_0001.txt",
+        "crm/Customer_batch2_0002.txt",
+    ]
