@@ -419,7 +419,10 @@ DI_MESSAGES = Table(
     ),
     key=("batchid", "messagesource", "messagetype", "messagekey"),
     order_by=("batchid", "messagesource", "messagetype", "messagekey"),
-    file_bytes=OWN_MERGE_BYTES,  # a micro-batch's messages come at the end of the batch order: the last file grows
+    # a micro-batch's messages come at the end of the batch order: its upserts (several steps each) rewrite the last
+    # file, so it is kept small (at 8 MiB it grew with history: 121,767 rows, 826 KB, ~135 ms an upsert after 500
+    # SF 1 micro-batches, against 15 ms after 12)
+    file_bytes=256 * 1024,
     doc="Status, validation and alert messages per TPC-DI batch.",
 )
 
