@@ -138,9 +138,17 @@ class Listing:
     quiet: dict[str, tuple[int, list[Path]]] = field(default_factory=dict)
     listed_whole_at: float | None = None  # time.monotonic() of the last scan that listed every directory
 
+    def settle(self, directory: Listed, quiet: bool) -> None:
+        """Remember whether `directory`, as just listed, is quiet (its caller found nothing to do in it): it is then
+        left unlisted while its modification time stays, if that time is older than `SETTLED_NS`."""
+        if quiet and directory.mtime_ns < time.time_ns() - SETTLED_NS:
+            self.quiet[str(directory.path)] = (directory.mtime_ns, directory.subdirectories)
+        else:
+            self.quiet.pop(str(directory.path), None)
+
 
 @dataclass(frozen=True)
-class _Listed:
+class Listed:
     """One directory of the landing zone as a scan listed it: its modification time, its subdirectories and its
     regular, collectable files."""
 
@@ -150,10 +158,16 @@ class _Listed:
     files: list[os.DirEntry]
 
 
-def _list_landing(landing: Path, listing: Listing | None) -> list[_Listed]:
+def landing_relative(landing: Path, path: str) -> str:
+    """The landing-relative form (`Batch2/Trade.txt`) of `path`, a path under `landing` as `os.scandir` gives it."""
+    return path[len(str(landing)) + 1 :] if os.sep == "/" else Path(path).relative_to(landing).as_posix()
+
+
+def list_landing(landing: Path, listing: Listing | None, *, warn_links: bool = True) -> list[Listed]:
     """The directories under `landing` to look at (not those whose name starts with `.` or `_`, nor those `listing`
     knows as quiet while their time is unchanged), each with its regular, collectable files (a symbolic link is left
-    out with a warning: a link cannot bring a file from elsewhere into the warehouse)."""
+    out, with a warning unless `warn_links` is False: a link cannot bring a file from elsewhere into the warehouse).
+    The caller tells `listing` which of them were quiet (`Listing.settle`)."""
     whole = listing is None or listing.listed_whole_at is None
     if listing is not None and not whole:
         whole = time.monotonic() - listing.listed_whole_at >= listing.full_every  # type: ignore[operator]
@@ -182,12 +196,13 @@ def _list_landing(landing: Path, listing: Listing | None) -> list[_Listed]:
             if not is_collectable(entry.name) or entry.is_dir(follow_symlinks=False):
                 continue
             if entry.is_symlink():
-                log.warning(
-                    "%s is a symbolic link; not collected (only regular files in the landing zone are)", entry.path
-                )
+                if warn_links:
+                    log.warning(
+                        "%s is a symbolic link; not collected (only regular files in the landing zone are)", entry.path
+                    )
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry)
-        found.append(_Listed(directory, mtime, subdirectories, files))
+        found.append(Listed(directory, mtime, subdirectories, files))
     return found
 
 
@@ -206,13 +221,11 @@ def scan_landing(
     if not landing.is_dir():
         raise FileNotFoundError(f"landing directory {landing} does not exist")
     known = known or {}
-    skip = len(str(landing)) + 1  # a path's relative part, without building a Path for each entry
     listed: list[tuple[Path, str, os.stat_result, BatchFile | None, bool]] = []
-    settled = time.time_ns() - SETTLED_NS
-    for directory in _list_landing(landing, listing):
-        quiet = directory.mtime_ns < settled
+    for directory in list_landing(landing, listing):
+        quiet = True
         for entry in directory.files:
-            relative = entry.path[skip:] if os.sep == "/" else Path(entry.path).relative_to(landing).as_posix()
+            relative = landing_relative(landing, entry.path)
             try:
                 stat = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
@@ -225,10 +238,7 @@ def scan_landing(
             if not (unchanged and listing is not None):  # a registered file as it was: nothing for a collect to do
                 listed.append((Path(entry.path), relative, stat, seen, unchanged))
         if listing is not None:
-            if quiet:
-                listing.quiet[str(directory.path)] = (directory.mtime_ns, directory.subdirectories)
-            else:
-                listing.quiet.pop(str(directory.path), None)
+            listing.settle(directory, quiet)
     # the new and changed files are read in parallel (the channels' files are independent; hashing is I/O bound)
     to_read = [path for path, _, _, _, unchanged in listed if not unchanged]
     with ThreadPoolExecutor(max_workers=HASH_THREADS) as pool:

@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from streamdi.batchlog import BatchLog
+from streamdi.collector import Listing
 from streamdi.context import JobContext
 from streamdi.errors import causes
 from streamdi.generator.drip import manifest_path
@@ -138,7 +139,7 @@ class StreamService:
         self._stop = threading.Event()
         self._registered: set[str] = set()
         self._parts: set[Part] = set()  # the parts among `_registered` (held parts wait for their predecessor)
-        self._quiet: dict = {}  # the landing directories a look found nothing waiting in (`waiting_files`)
+        self._quiet = Listing()  # the landing directories a look found nothing waiting in (`waiting_files`)
         self._first_seen: dict[str, float] = {}  # waiting file -> monotonic time it was first listed
         self._recent: deque[dict] = deque(maxlen=RECENT)
         self._held: set[str] = set()  # waiting parts held back for their predecessor

@@ -9,17 +9,14 @@ Where it sits: landing zone -> (here: what waits, and whether to cut now) -> the
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamdi.collector import is_collectable
+from streamdi.collector import Listing, landing_relative, list_landing
 from streamdi.parts import Part, part_of
 
 CUTS = ("time", "round")
-SETTLED_NS = 2_000_000_000  # a directory modified longer ago than this is listed again only once it changes
 
 
 @dataclass(frozen=True)
@@ -101,53 +98,24 @@ def next_round(
 
 
 def waiting_files(
-    landing: Path, registered: set[str], quiet: dict[str, tuple[int, list[Path]]] | None = None
+    landing: Path, registered: set[str], listing: Listing | None = None
 ) -> Iterator[tuple[str, int, float]]:
     """(relative path, size, mtime) of every collectable file under `landing` that `registered` lacks.
 
-    `quiet`, kept by the caller between calls, remembers the directories a listing found nothing waiting in (path ->
-    their modification time, their subdirectories). A directory's modification time changes whenever a name is added,
-    removed or renamed in it, and the registered files only grow, so one whose time is unchanged still has nothing
+    `listing`, kept by the caller between calls (`streamdi.collector.Listing`), remembers the directories a look found
+    nothing waiting in: the registered files only grow, so one whose modification time is unchanged still has nothing
     waiting and is not listed again: a long-running service's look costs the directories that changed, not every file
-    ever landed (130,000 landed files: ~140 ms a look listed whole). A time younger than `SETTLED_NS` is not trusted
-    (a name added within the same tick of the file system's clock would leave it unchanged)."""
+    ever landed (130,000 landed files: ~140 ms a look listed whole)."""
     if not landing.is_dir():
         return
-    skip = len(str(landing)) + 1  # a path's relative part, without building a Path for each entry
-    settled = time.time_ns() - SETTLED_NS
-    stack = [landing]
-    while stack:
-        directory = stack.pop()
-        key = str(directory)
-        try:
-            mtime = os.stat(directory).st_mtime_ns if quiet is not None else 0
-        except FileNotFoundError:
-            continue
-        known = quiet.get(key) if quiet is not None else None
-        if known is not None and known[0] == mtime:
-            stack.extend(known[1])
-            continue
-        subdirectories: list[Path] = []
-        nothing_waits = True
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.name.startswith((".", "_")):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirectories.append(Path(entry.path))
-                        continue
-                    relative = entry.path[skip:] if os.sep == "/" else Path(entry.path).relative_to(landing).as_posix()
-                    if relative in registered or not is_collectable(entry.name):
-                        continue
-                    nothing_waits = False
-                    stat = entry.stat()
-                    yield relative, stat.st_size, stat.st_mtime
-        except FileNotFoundError:
-            continue
-        stack.extend(subdirectories)
-        if quiet is not None:
-            if nothing_waits and mtime < settled:
-                quiet[key] = (mtime, subdirectories)
-            else:
-                quiet.pop(key, None)
+    for directory in list_landing(landing, listing, warn_links=False):  # the collector warns about links
+        waiting = [(relative, entry) for entry in directory.files
+                   if (relative := landing_relative(landing, entry.path)) not in registered]  # fmt: skip
+        if listing is not None:
+            listing.settle(directory, not waiting)
+        for relative, entry in waiting:
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield relative, stat.st_size, stat.st_mtime

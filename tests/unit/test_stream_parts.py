@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamdi.batchlog import percentile
+from streamdi.collector import Listing
 from streamdi.parts import parts_of
 from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
 from streamdi.run.stream_status import rows_per_second, summary
@@ -213,7 +214,7 @@ def test_a_failure_that_lost_a_connection_is_told_from_others_through_its_causes
 
 
 def test_waiting_files_leaves_a_directory_nothing_waits_in_unlisted_until_a_name_changes(tmp_path):
-    """The service's look (`waiting_files` with `quiet`): a directory whose files are all registered is not listed
+    """The service's look (`waiting_files` with a `Listing`): a directory whose files are all registered is not listed
     again while its modification time stays; a name added to it changes that time and is seen at once."""
     for name in ("crm/Customer_batch2_0000.txt", "Trade_batch2_0000.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -222,9 +223,9 @@ def test_waiting_files_leaves_a_directory_nothing_waits_in_unlisted_until_a_name
     for directory in (tmp_path, tmp_path / "crm"):
         os.utime(directory, (old, old))
     registered = {"crm/Customer_batch2_0000.txt", "Trade_batch2_0000.txt"}
-    quiet: dict = {}
+    quiet = Listing()
     assert list(waiting_files(tmp_path, registered, quiet)) == []
-    assert set(quiet) == {str(tmp_path), str(tmp_path / "crm")}
+    assert set(quiet.quiet) == {str(tmp_path), str(tmp_path / "crm")}
     # a name that appeared without a change of the time (only a test can do that) is not looked for
     (tmp_path / "crm" / "Customer_batch2_0001.txt").write_text("y")
     os.utime(tmp_path / "crm", (old, old))
