@@ -9,7 +9,8 @@ runs it through stage -> transform -> migrate -> maintenance (`run_pending`): on
 micro-batch N is TPC-DI batch N and every micro-batch has the same size. Lake maintenance follows the environment
 (`STREAMDI_CHECKPOINT_EVERY`, `STREAMDI_VACUUM_RETENTION_HOURS`). Prints a line every 25 micro-batches and, at the
 end, the medians of micro-batches 3-12 ("micro-batch 5") and of the last ten, per stage and transform step, with
-their ratio against the goal. Every micro-batch's times go to bench/out/history.jsonl.
+their ratio against the goal. Every micro-batch's times go to bench/out/history.jsonl. `--snapshot N` (repeatable)
+copies the lake after micro-batch N to <home>-lake-at-N, to time one step's reads at two histories afterwards.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def main(
     batches: Annotated[int, typer.Option(help="TPC-DI batches, Batch1 included")] = 501,
     data: Annotated[Path | None, typer.Option(help="data set (generated here when it lacks the last batch)")] = None,
     home: Annotated[Path | None, typer.Option(help="scratch STREAMDI_HOME (default: temporary)")] = None,
+    snapshot: Annotated[
+        list[int] | None, typer.Option(help="copy the lake after this micro-batch to <home>-lake-at-N (repeatable)")
+    ] = None,
 ) -> None:
     data = data or Path(tempfile.gettempdir()) / f"streamdi-history-sf{sf:g}x{batches}"
     if not (data / f"Batch{batches}" / "BatchDate.txt").exists():
@@ -92,6 +96,11 @@ def main(
             rows.append(row)
             out.write(json.dumps(row) + "\n")
             out.flush()
+            if batch in (snapshot or []):
+                copy = home.with_name(f"{home.name}-lake-at-{batch}")
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(settings.lake_root, copy)
+                print(f"micro-batch {batch}: lake copied to {copy}", flush=True)
             if batch % 25 == 0 or batch == batches:
                 recent = statistics.median(r["seconds"] for r in rows[-25:])
                 print(
