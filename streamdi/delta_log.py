@@ -3,9 +3,9 @@
 Opening a table with delta-rs replays its log (6-17 ms on this 2-core machine); these answers cost a `stat` or a
 directory listing. A Delta log holds one JSON commit file per version (`<version>.json`, written whole: delta-rs
 writes it aside and renames it), checkpoint files (`<version>.checkpoint.parquet`, the table's state at that
-version) and `_last_checkpoint`, naming the newest checkpoint. Log cleanup (`Lake.maintain`) deletes commit files and
-checkpoints older than the log retention, once a newer checkpoint holds what they said: the first commit is gone
-then.
+version) and `_last_checkpoint`, naming the newest checkpoint. Log cleanup (`Lake.maintain`, `remove_before`) deletes
+the commit files and checkpoints before an older checkpoint, once a newer checkpoint holds what they said: the first
+commit is gone then.
 """
 
 from __future__ import annotations
@@ -35,6 +35,26 @@ def log_version(log_dir: Path) -> int:
     newest. -1 when the log has no commit file."""
     versions = [int(name[:-5]) for name in os.listdir(log_dir) if name.endswith(".json") and name[:-5].isdigit()]
     return max(versions, default=-1)
+
+
+def remove_before(log_dir: Path, version: int) -> int:
+    """Delete the log's commit files and checkpoints of the versions before `version` (one whose checkpoint exists,
+    older than the newest: what they said is in the checkpoints); returns how many files were deleted. Every other
+    file of the log (`_last_checkpoint`, a commit being written) is left alone.
+
+    Why not delta-rs's cleanup: it keeps every log file younger than the log retention (30 days), and a local
+    table's catch-up (`DeltaTable.update_incremental`) lists the whole log directory, so a table committed to in
+    every micro-batch got slower with each one (quality.results after 500 SF 1 micro-batches: 2,946 log files, a
+    catch-up after a commit 5.3 ms, 2.0 ms with 13 files)."""
+    removed = 0
+    for name in os.listdir(log_dir):
+        if len(name) > 21 and name[:20].isdigit() and name[20] == "." and int(name[:20]) < version:
+            try:
+                (log_dir / name).unlink()
+            except FileNotFoundError:  # removed by another process's cleanup meanwhile
+                continue
+            removed += 1
+    return removed
 
 
 def commit_infos(log_dir: Path, first: int, last: int) -> list[dict] | None:

@@ -57,7 +57,15 @@ from deltalake.transaction import AddAction
 from schemas.model import Table
 from streamdi import row_order
 from streamdi.delta_appends import appended_files, changed_files, file_batches
-from streamdi.delta_log import FIRST_COMMIT, LAST_CHECKPOINT, commit_infos, last_checkpoint, log_version, table_id
+from streamdi.delta_log import (
+    FIRST_COMMIT,
+    LAST_CHECKPOINT,
+    commit_infos,
+    last_checkpoint,
+    log_version,
+    remove_before,
+    table_id,
+)
 from streamdi.delta_merge import merge_in_order, rows_per_file
 from streamdi.errors import LakeDiskFull, causes
 from streamdi.faults import fault_point
@@ -1151,16 +1159,19 @@ class Lake:
     def maintain(self, checkpoint_every: int, retention_hours: int) -> dict[str, int]:
         """Keep a long-running lake small and quick to open: for every table whose version is `checkpoint_every`
         or more commits past its last checkpoint, write a checkpoint (a reader then opens the table from it instead
-        of replaying every commit file), remove log files older than the table's log retention (30 days), and
-        vacuum: delete the data files the table stopped using (replaced by compaction or a MERGE) more than
-        `retention_hours` ago. Returns the data files deleted per table maintained (qualified name).
+        of replaying every commit file), delete the log's files before the previous checkpoint
+        (`delta_log.remove_before`: the log keeps the commits since then, ~`checkpoint_every` to twice that, so its
+        directory, which every catch-up of the table lists, does not grow with the table's age), and vacuum: delete
+        the data files the table stopped using (replaced by compaction or a MERGE) more than `retention_hours` ago.
+        Returns the data files deleted per table maintained (qualified name).
 
         The caller runs this only when nothing is pending in the batch log: every commit has then been read by what
         reads it afterwards (the transform's change feeds of its own micro-batch, the migration's feed up to the
-        last migrated version), so no reader needs a removed file; older snapshots (time travel) are given up
-        beyond the retention. Like compaction it changes no rows, carries no app transaction, and runs under the
-        table's commit lock; a table that cannot be maintained is logged and skipped. `checkpoint_every` 0 does
-        nothing."""
+        last migrated version), so no reader needs a removed file: the commits between a table's last migrated
+        version and the log's first are then ones without data (compaction, vacuum), which the migrator passes over.
+        Older snapshots (time travel) are given up: the log holds the commits since the previous checkpoint. Like
+        compaction it changes no rows, carries no app transaction, and runs under the table's commit lock; a table
+        that cannot be maintained is logged and skipped. `checkpoint_every` 0 does nothing."""
         done: dict[str, int] = {}
         if checkpoint_every <= 0:
             return done
@@ -1171,8 +1182,9 @@ class Lake:
                 if log_version(log_dir) - last_checkpoint(log_dir) < checkpoint_every:
                     continue
                 with self.lock(name), self._delta_at(path) as delta:
+                    previous = last_checkpoint(log_dir)
                     delta.create_checkpoint()
-                    delta.cleanup_metadata()
+                    remove_before(log_dir, previous)
                     removed = delta.vacuum(retention_hours, dry_run=False, enforce_retention_duration=False)
                     fault_point("lake.after_maintain")
                     version = delta.version()

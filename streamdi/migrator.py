@@ -143,6 +143,22 @@ def _equal_to_next(data: pa.Table, columns: list[str]) -> pa.Array:
     return equal
 
 
+def _first_kept(history: list[CommitInfo], after: int) -> int:
+    """The version to read a table's change feed after: `after` (the last version migrated), or the version before
+    the oldest commit the log still has (`history`: the commits after `after` it holds) when log cleanup
+    (`Lake.maintain`) removed the commits in between. Cleanup runs only once every batch is migrated, so those were
+    commits without data (a compaction, a vacuum): nothing of them is left to migrate."""
+    if history and history[0].table_version > after + 1:
+        log.info(
+            "versions %s-%s were cleaned from the log (no data in them); reading from %s on",
+            after + 1,
+            history[0].table_version - 1,
+            history[0].table_version,
+        )
+        return history[0].table_version - 1
+    return after
+
+
 def rows_per_batch(changes: pa.Table, history: list[CommitInfo]) -> dict[int, int]:
     """Change rows (inserts, update post-images, deletes) of a change feed per batch of the commit that made them.
     Rows of commits that carry no app transaction belong to no batch and are not counted."""
@@ -346,6 +362,7 @@ def _migrate_upto(
         versions[key] = target
         if target <= after:
             return None
+        after = _first_kept(history, after)
         appended = AppendedRows.of(lake.path(table), after + 1, target, table.arrow_schema())
         if appended is not None and appended.num_rows >= STREAMED_ROWS:
             per_batch = _per_batch(appended.rows_per_version, history)

@@ -143,9 +143,9 @@ class Settings(BaseSettings):
         default=10,
         ge=0,
         description="Maintain a Delta table once it is this many commits past its last checkpoint (0: never): write a "
-        "checkpoint, drop log files past the log retention, vacuum. Runs when nothing is pending in the batch log. "
-        "Every open and every catch-up of a table reads the commits since its last checkpoint, so a low value keeps "
-        "micro-batches quick (~17 ms per table maintained).",
+        "checkpoint, delete the log's files before the previous one, vacuum. Runs when nothing is pending in the batch "
+        "log. Every open and every catch-up of a table reads the commits since its last checkpoint, so a low value "
+        "keeps micro-batches quick (~17 ms per table maintained).",
     )
     migrate_beside_transform: bool = Field(
         default=True,

@@ -960,6 +960,41 @@ def test_maintain_checkpoints_and_vacuums_tables_far_enough_past_their_last_chec
     assert Lake(tmp_path).read_arrow(table).to_pylist() == rows
 
 
+def test_maintain_deletes_the_log_before_the_previous_checkpoint_and_readers_still_catch_up(tmp_path):
+    """The log keeps the commits since the previous checkpoint, not 30 days of them (a catch-up lists the log
+    directory): after two maintenances the commit files and checkpoints before the first are gone; a reader's
+    handle still on a deleted version opens the table afresh, one on a kept version catches up, and the app
+    transactions and the history of the kept commits are what they were."""
+    lake = Lake(tmp_path)
+    table = lake_table("cleaned")
+    for batch in range(1, 4):
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+    stale = Lake(tmp_path)
+    assert stale.read_arrow(table).num_rows == 3  # a handle at version 3
+    for batch in range(4, 7):
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+    assert lake.maintain(checkpoint_every=5, retention_hours=0) == {"warehouse.cleaned": 0}
+    kept = Lake(tmp_path)
+    assert kept.read_arrow(table).num_rows == 6  # a handle at version 6, the first checkpoint
+    log_dir = lake.path(table) / "_delta_log"
+    assert sorted(p.name for p in log_dir.glob("*.json"))[0] == "00000000000000000000.json"  # none before: all kept
+    for batch in range(7, 13):
+        lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
+
+    assert lake.maintain(checkpoint_every=5, retention_hours=0) == {"warehouse.cleaned": 0}
+
+    assert sorted(int(p.name[:20]) for p in log_dir.glob("*.json")) == list(range(6, 13))
+    assert sorted(int(p.name[:20]) for p in log_dir.glob("*.checkpoint.parquet")) == [6, 12]
+    everything = [row(b) for b in range(1, 13)]
+    assert sorted(stale.read_arrow(table).to_pylist(), key=lambda r: r["id"]) == everything
+    assert sorted(kept.read_arrow(table).to_pylist(), key=lambda r: r["id"]) == everything
+    assert Lake(tmp_path).committed_version(table, "stage/x") == 12
+    assert [c.table_version for c in lake.history(table, after=2)] == list(range(6, 13))
+    assert [c.txn_version for c in lake.history(table, after=2)] == list(range(6, 13))
+    lake.append(table, arrow_rows(table, [row(13)]), app_id="stage/x", version=13)
+    assert [c.txn_version for c in Lake(tmp_path).recent_history(table, 13)][-2:] == [12, 13]
+
+
 def test_crash_after_compaction_keeps_the_rows_and_the_rerun_finds_nothing_to_do(tmp_path):
     lake = Lake(tmp_path)
     table = lake_table("crash_compact")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from psycopg.conninfo import make_conninfo
 
 from schemas.model import Table
@@ -24,6 +25,7 @@ from schemas.warehouse import DIM_TRADE, STATUS_TYPE, TRADE_TYPE, WAREHOUSE_TABL
 from streamdi import embedded_pg
 from streamdi.batchlog import BatchLog, LandedFile
 from streamdi.context import JobContext
+from streamdi.delta_log import remove_before
 from streamdi.lake import Lake
 from streamdi.migrator import migrate_batch, migrate_pending, pending_batches
 from streamdi.run.pipeline import migrate_job
@@ -376,3 +378,27 @@ def test_a_pull_migrates_past_a_batch_an_operator_skipped(tmp_path, target):
     assert target.last_visible_batch() == after
     assert trades_in_pg(target) == stream.model.summary()
     assert [r[0] for r in trades_in_pg(target)][-2:] == [36, 37]
+
+
+def test_a_migration_passes_over_commits_the_log_cleanup_removed(tmp_path, target):
+    """After a pull, DimTrade gets commits without data (a vacuum's) and a checkpoint, and the log cleanup
+    (`delta_log.remove_before`) deletes every commit file before it: the ledger's version and the ones after it
+    are gone. The next pull reads from the oldest commit the log still has and lands the next batch's trades."""
+    stream = StreamLake(tmp_path / "lake")
+    first_batches(stream)
+    assert migrate_pending(stream.lake, target).batches == (1, 2)
+    migrated = stream.lake.version(DIM_TRADE)
+    path = stream.lake.path(DIM_TRADE)
+    delta = DeltaTable(str(path))
+    delta.vacuum(0, dry_run=False, enforce_retention_duration=False)  # the files batch 2's MERGE replaced
+    delta.update_incremental()
+    assert delta.version() == migrated + 2  # VACUUM START, VACUUM END: no data
+    delta.create_checkpoint()
+    assert remove_before(path / "_delta_log", delta.version()) == migrated + 2  # the commits before the checkpoint
+    later = stream.batch(arrived_at=T0 + dt.timedelta(minutes=2), trades=[trade_row(50, batchid=3)])
+
+    report = migrate_pending(stream.lake, target)
+
+    assert report.batches == (later,) and report.tables == {"dimtrade": 1}
+    assert trades_in_pg(target) == stream.model.summary()
+    assert [r[0] for r in trades_in_pg(target)][-1] == 50
