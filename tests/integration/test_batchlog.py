@@ -12,10 +12,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from builders import deliver
 
+from schemas.platform import BATCH_EVENTS, BATCH_FILES
 from streamdi.batchlog import BatchFile, BatchLog, BatchLogError, Halt, LandedFile
+from streamdi.batchlog_index import _INDEXES
 from streamdi.collector import CollectResult, collect
 from streamdi.lake import Lake
 
@@ -105,8 +108,20 @@ def test_registered_files_follow_other_processes_and_compaction(tmp_path):
         },
     }
     assert mine.registered_files() == expected
-    assert theirs.lake.compact(2) == {"platform.batch_files": 5}  # five files of one row each: one now
+    index = _INDEXES[(str(mine.lake.path(BATCH_FILES)), "batchlog/registered")]
+    theirs.register([landed("Batch6/Trade.txt", sha="6", second=6, source_batch=6)], now=NOW)  # not yet read here
+    assert theirs.lake.compact(2) == {"platform.batch_files": 6}  # six files of one row each: one now
+    expected["Batch6/Trade.txt"] = BatchFile(
+        6, 1, "Batch6/Trade.txt", 10, "6" * 64, datetime(2024, 7, 1, 8, 0, 6, tzinfo=UTC), 6
+    )
     assert mine.registered_files() == expected
+    assert mine.last_batch_id() == 6 and mine.files(6) == [expected["Batch6/Trade.txt"]]
+    # the compaction's file holds the rows folded before and one more: taken in, not built again from every file
+    assert _INDEXES[(str(mine.lake.path(BATCH_FILES)), "batchlog/registered")] is index
+    kept = pa.Table.from_pylist([r for r in theirs.lake.read_arrow(BATCH_FILES).to_pylist() if r["batch_id"] != 3])
+    theirs.lake.overwrite(BATCH_FILES, kept.cast(BATCH_FILES.arrow_schema()), app_id="test/forget", version=1)
+    assert mine.registered_files() == {k: v for k, v in expected.items() if v.batch_id != 3}  # rows gone: built again
+    assert _INDEXES[(str(mine.lake.path(BATCH_FILES)), "batchlog/registered")] is not index
 
 
 def test_stage_states_follow_other_processes_and_compaction(tmp_path):
@@ -145,8 +160,13 @@ def test_stage_states_follow_other_processes_and_compaction(tmp_path):
     assert answers(mine) == (expected_pending, [], expected_states, frozenset({3}), 2)
     assert mine.files(4) == [batch_file(4, 1, landed("Batch4/Trade.txt", sha="4", second=4, source_batch=4))]
     assert (mine.last_batch_id(), mine.batch_ids(), mine.is_done(1, "migrate")) == (4, [1, 2, 3, 4], True)
-    assert theirs.lake.compact(2)["platform.batch_events"] == 11  # one file per event: one now
+    theirs.mark(4, "stage", "done", now=T0)  # not yet read here when the compaction takes its file in
+    expected_states[(4, "stage")] = "done"
+    expected_pending.remove((4, "stage"))
+    index = _INDEXES[(str(mine.lake.path(BATCH_EVENTS)), "batchlog/events")]
+    assert theirs.lake.compact(2)["platform.batch_events"] == 12  # one file per event: one now
     assert answers(mine) == (expected_pending, [], expected_states, frozenset({3}), 2)
+    assert _INDEXES[(str(mine.lake.path(BATCH_EVENTS)), "batchlog/events")] is index  # taken in, not built again
     script = (
         "import sys; from streamdi.batchlog import BatchLog; from streamdi.lake import Lake; "
         "p = BatchLog(Lake(sys.argv[1])).progress(); print(p.pending, p.halted, sorted(p.states.items()))"
