@@ -67,7 +67,15 @@ logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 Role = Literal["admin", "loader", "reader"]
 
-_MIGRATED_VERSIONS = sql.SQL("SELECT table_name, max(delta_version) FROM {} GROUP BY table_name").format(LEDGER_ID)
+# The newest ledger row of each table: a skip through the ledger's key (table_name, delta_version), two index probes per
+# table, instead of a GROUP BY that reads every row the ledger ever got (~15 a micro-batch: 1.5 ms at 7,500 rows).
+_MIGRATED_VERSIONS = sql.SQL("""WITH RECURSIVE names(name) AS (
+        SELECT min(table_name) FROM {ledger}
+        UNION ALL
+        SELECT (SELECT min(table_name) FROM {ledger} WHERE table_name > names.name) FROM names WHERE name IS NOT NULL
+    )
+    SELECT name, (SELECT max(delta_version) FROM {ledger} WHERE table_name = name) FROM names WHERE name IS NOT NULL
+""").format(ledger=LEDGER_ID)
 _LAST_VISIBLE_BATCH = sql.SQL("SELECT max(batch_id) FROM {}").format(METRICS_ID)
 
 

@@ -573,6 +573,14 @@ def test_upsert_update_delete_and_replay_is_a_no_op(warehouse):
     assert warehouse.last_migrated_version("wh_test_upsert") == 2
     assert warehouse.last_migrated_version("wh_test_upsert_other") == 5
     assert warehouse.last_migrated_version("wh_test_never") is None
+    # every table's newest version in one query (the ledger may hold other tests' tables too)
+    versions = warehouse.migrated_versions()
+    assert {k: versions[k] for k in ("wh_test_upsert", "wh_test_upsert_other")} == {
+        "wh_test_upsert": 2,
+        "wh_test_upsert_other": 5,
+    }
+    assert "wh_test_never" not in versions
+    assert warehouse.migration_state()[1] == versions
 
     # Replays (the whole history, or an older version alone) change nothing, not even the ledger.
     assert warehouse.apply_changes(v1 + v2) == {"wh_test_upsert": 0, "wh_test_upsert_other": 0}
