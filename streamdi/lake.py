@@ -60,6 +60,7 @@ from streamdi.delta_appends import appended_files, changed_files, file_batches
 from streamdi.delta_log import (
     FIRST_COMMIT,
     LAST_CHECKPOINT,
+    AppTransactions,
     commit_infos,
     last_checkpoint,
     log_version,
@@ -156,6 +157,7 @@ class Lake:
         self._spark_factory = spark_factory
         # open Delta tables, lent to one thread at a time and caught up when lent again (see `_delta_at`)
         self._handles: Lender[DeltaTable] = Lender(lambda path: DeltaTable(str(path)), _catch_up)
+        self._apps = AppTransactions()  # the tables' app transaction versions, remembered (`_app_version`)
         self._frames = FrameCache(FRAMES_KEPT)  # (path, files) -> snapshot DataFrame (`read`)
         self._datasets: Kept[ds.Dataset] = Kept(DATASETS_KEPT)  # (path, table id, version) -> dataset
         # Resident tables (`_whole`): the rows of each data file held, (path, table id, file) -> rows, within
@@ -505,7 +507,11 @@ class Lake:
     def committed_version(self, table: Table, app_id: str) -> int | None:
         """Last transaction version recorded for `app_id` on `table` (None if never)."""
         with self._delta(table) as delta:
-            return delta.transaction_version(app_id)
+            return self._app_version(table, delta, app_id)
+
+    def _app_version(self, table: Table, delta: DeltaTable, app_id: str) -> int | None:
+        """`delta.transaction_version(app_id)`, from what `AppTransactions` remembers where it can."""
+        return self._apps.version(self.path(table), delta.version(), app_id, delta.transaction_version)
 
     def read(self, table: Table, version: int | None = None) -> DataFrame:
         """The table's snapshot (latest, or at `version`) as a Spark DataFrame with the declared schema.
@@ -729,7 +735,7 @@ class Lake:
         # brought up to date after each write with the commits it made
         with self.lock(table.qualified_name), self._delta(table) as delta:
             self._check_schema(table, delta)
-            done = delta.transaction_version(app_id)
+            done = self._app_version(table, delta, app_id)
             if done is not None and done >= version:
                 log.info("skip %s %s: app transaction %s already at %s", mode, table.qualified_name, app_id, done)
                 return CommitResult(table.qualified_name, app_id, version, False, delta.version(), 0)
@@ -746,7 +752,7 @@ class Lake:
                 self._written.add(self.path(table))
             fault_point("lake.after_commit")
             fault_point(f"lake.after_commit:{app_id}")  # a crash right after one named commit
-            delta.update_incremental()
+            _catch_up(self.path(table), delta)  # delta-rs's writes and MERGE move the handle along already
             new_version = delta.version()
         log.info("%s %s rows into %s as %s@%s -> v%s", mode, rows, table.qualified_name, app_id, version, new_version)
         return CommitResult(table.qualified_name, app_id, version, True, new_version, rows)
@@ -934,7 +940,7 @@ class Lake:
         elif mode == "merge":
             read_version = delta.version()
             self._merge(delta, table, data, props, doomed)
-            delta.update_incremental()
+            _catch_up(self.path(table), delta)
             if delta.version() == read_version:
                 # delta-rs skips the commit of a merge that changes nothing, and the app transaction with
                 # it; record the transaction in an empty commit so a replay is still skipped.
@@ -954,7 +960,7 @@ class Lake:
         hold = self._hold(table)
         if hold is None or data.num_rows == 0:
             return
-        delta.update_incremental()
+        _catch_up(self.path(table), delta)
         added = appended_files(self.path(table), delta.version(), delta.version())
         if added is None or len(added[0][1]) != 1:
             return

@@ -631,6 +631,54 @@ def test_a_lake_sees_other_writers_commits_and_a_table_created_again_under_its_p
     assert [c.table_version for c in lake.history(table)] == [0, 1, 2, 3]
 
 
+def test_app_transaction_versions_are_remembered_and_follow_other_writers_log_cleanup_and_a_new_table(
+    lake_dir, monkeypatch
+):
+    """The exactly-once check and `committed_version` answer from the app transactions a Lake remembers, carried
+    forward by the commit files made since (`AppTransactions`), asking delta-rs only what it cannot answer: after
+    other writers' commits (one without a transaction), a log cleanup of the commits since, a table created again."""
+    asked = []
+    answer = DeltaTable.transaction_version
+    monkeypatch.setattr(DeltaTable, "transaction_version", lambda d, app: asked.append(app) or answer(d, app))
+    lake, other = Lake(lake_dir), Lake(lake_dir)
+    table = lake_table("app_versions")
+    path = lake.path(table)
+
+    ids = iter(range(1, 100))
+
+    def add(writer: Lake, app_id: str, version: int) -> CommitResult:
+        return writer.append(table, arrow_rows(table, [row(next(ids))]), app_id=app_id, version=version)
+
+    add(lake, "a", 1)
+    assert lake.committed_version(table, "a") == 1 and lake.committed_version(table, "b") is None
+    add(other, "b", 7)
+    add(other, "a", 4)
+    write_deltalake(str(path), arrow_rows(table, [row(next(ids))]), mode="append")  # a commit without a transaction
+    asked.clear()
+    assert lake.committed_version(table, "a") == 4 and lake.committed_version(table, "b") == 7
+    assert not add(lake, "a", 4).committed and not add(lake, "b", 6).committed  # replays, skipped
+    assert add(lake, "a", 5).committed and lake.committed_version(table, "a") == 5
+    assert asked == []  # all from the commit files
+    assert (DeltaTable(str(path)).transaction_version("a"), DeltaTable(str(path)).transaction_version("b")) == (5, 7)
+
+    # the commits since the lake's last look are cleaned up: it asks delta-rs again
+    for version in (6, 7):
+        add(other, "a", version)
+    other.maintain(checkpoint_every=1, retention_hours=0)
+    for version in (8, 9):
+        add(other, "a", version)
+    other.maintain(checkpoint_every=1, retention_hours=0)
+    assert not (path / "_delta_log" / f"{lake.version(table) - 3:020d}.json").exists()
+    asked.clear()
+    assert lake.committed_version(table, "a") == 9 and asked == ["a"]
+    assert lake.committed_version(table, "b") == 7 and asked == ["a", "b"]
+
+    shutil.rmtree(path)  # created again: its own transactions
+    add(other, "b", 2)
+    assert lake.committed_version(table, "a") is None and lake.committed_version(table, "b") == 2
+    assert add(lake, "a", 1).committed and lake.committed_version(table, "a") == 1
+
+
 def test_filtered_reads_never_serve_a_kept_dataset_of_an_older_or_replaced_table(lake_dir):
     """`read_where` and `read_columns` reuse the dataset of the version they read; a commit by another Lake, a
     compaction, or the table removed and created again at the SAME version number are read afresh."""
