@@ -11,7 +11,8 @@ micro-batch N is TPC-DI batch N and every micro-batch has the same size. Lake ma
 end, the medians of micro-batches 3-12 ("micro-batch 5"), of the last ten and of the last fifty (steadier: the
 machine's slow and fast spells last tens of micro-batches), per stage and transform step, of the collect (landing
 zone -> batch log), of what follows the last step ("after": the lake's maintenance) and of Python's garbage
-collections ("gc", within the others), with the ratio against the goal. Every micro-batch's times go to
+collections ("gc", within the others), and the CPU time of this process (all its threads; Spark's JVM not counted;
+steadier than the clock on a busy machine), with the ratio against the goal. Every micro-batch's times go to
 bench/out/history.jsonl. `--snapshot N` (repeatable) copies the lake after micro-batch N to <home>-lake-at-N, to time
 one step's reads at two histories afterwards.
 """
@@ -72,6 +73,7 @@ def micro_batch(ctx: JobContext, data: Path, batch: int, gc_clock: GcClock) -> d
     deliver_batch(data, batch, ctx.settings.landing_dir)
     gc_clock.take()
     marks: dict[str, float] = {}
+    cpu = time.process_time()
     started = time.perf_counter()
     report = run_pending(
         ctx,
@@ -79,7 +81,7 @@ def micro_batch(ctx: JobContext, data: Path, batch: int, gc_clock: GcClock) -> d
         on_step=lambda _: marks.__setitem__("last_step", time.perf_counter()),
     )
     ended = time.perf_counter()
-    row: dict = {"batch": batch, "seconds": round(ended - started, 3)}
+    row: dict = {"batch": batch, "seconds": round(ended - started, 3), "cpu": round(time.process_time() - cpu, 3)}
     # Besides the steps: the collect (landing zone -> batch log), and what follows the last step (the maintenance)
     row["collect"] = round(marks["collected"] - started, 3)
     row["after"] = round(ended - marks.get("last_step", ended), 3)
@@ -145,7 +147,7 @@ def main(
                     f"{time.perf_counter() - started:.0f} s so far",
                     flush=True,
                 )
-    keys = ["seconds", "collect", "stage", "transform", "migrate", "after", "gc"]
+    keys = ["seconds", "cpu", "collect", "stage", "transform", "migrate", "after", "gc"]
     keys += ["T0", "T1", "T2", "T3", "T4", "AG", "DM"]
     early = medians([r for r in rows if r["batch"] in EARLY], keys)
     late = medians(rows[-10:], keys)
