@@ -202,10 +202,12 @@ class Settings(BaseSettings):
         "Spark task each (the pieces of small files share a task up to this size).",
     )
     vacuum_retention_hours: int = Field(
-        default=168,
+        default=1,
         ge=0,
-        description="Vacuum deletes the data files a table stopped using more than this many hours ago (Delta's "
-        "default: 7 days); older snapshots can no longer be read.",
+        description="Vacuum deletes the data files a table stopped using more than this many hours ago. The log keeps "
+        "only the commits since the previous checkpoint, so no older snapshot can be opened anyway: the retention "
+        "only has to outlast a reader already in flight (Delta's customary 7 days kept 4.4 GB of replaced files "
+        "after 500 SF 1 micro-batches).",
     )
     compact_small_files: int = Field(
         default=16,
