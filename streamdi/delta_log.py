@@ -68,11 +68,10 @@ def commit_infos(log_dir: Path, first: int, last: int) -> list[dict] | None:
     gone (cleaned up after a checkpoint) or has no `commitInfo`."""
     infos = []
     for version in range(last, first - 1, -1):
-        try:
-            text = (log_dir / f"{version:020d}.json").read_text()
-        except FileNotFoundError:
+        lines = _commit_lines(log_dir, version)
+        if lines is None:
             return None
-        for line in text.splitlines():
+        for line in lines:
             if line.startswith('{"commitInfo"'):
                 infos.append({**json.loads(line)["commitInfo"], "version": version})
                 break
@@ -87,15 +86,22 @@ def app_transactions(log_dir: Path, first: int, last: int) -> dict[str, int] | N
     after a checkpoint)."""
     found: dict[str, int] = {}
     for version in range(first, last + 1):
-        try:
-            text = (log_dir / f"{version:020d}.json").read_text()
-        except FileNotFoundError:
+        lines = _commit_lines(log_dir, version)
+        if lines is None:
             return None
-        for line in text.splitlines():
+        for line in lines:
             if line.startswith('{"txn"'):
                 txn = json.loads(line)["txn"]
                 found[str(txn["appId"])] = int(txn["version"])
     return found
+
+
+def _commit_lines(log_dir: Path, version: int) -> list[str] | None:
+    """The actions of commit `version`, one JSON text each, or None when its file is gone (cleaned up)."""
+    try:
+        return (log_dir / f"{version:020d}.json").read_text().splitlines()
+    except FileNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
