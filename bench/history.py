@@ -13,8 +13,12 @@ machine's slow and fast spells last tens of micro-batches), per stage and transf
 zone -> batch log), of what follows the last step ("after": the lake's maintenance) and of Python's garbage
 collections ("gc", within the others), and the CPU time of this process (all its threads; Spark's JVM not counted;
 steadier than the clock on a busy machine), with the ratio against the goal. Every micro-batch's times go to
-bench/out/history.jsonl. `--snapshot N` (repeatable) copies the lake after micro-batch N to <home>-lake-at-N, to time
-one step's reads at two histories afterwards.
+bench/out/history.jsonl (or `--out`).
+
+`--snapshot N` (repeatable) copies the whole home after micro-batch N to <home>-at-N (the embedded PostgreSQL server
+stopped for the copy, the copy's replaced data files vacuumed), and `--start N --home <a copy of a snapshot>` goes on
+from there: micro-batches N to `--batches`, nothing generated or loaded first. `bench/history_pair.py` times a few
+micro-batches after two snapshots in turn, which the machine's slow and fast spells cannot favour.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from deltalake import DeltaTable
 
 from streamdi.context import JobContext
 from streamdi.delivery import deliver_batch
+from streamdi.embedded_pg import stop_server
 from streamdi.generator import Params, generate
 from streamdi.run.pipeline import run_pending
 from streamdi.scripts import script_app
@@ -94,8 +100,34 @@ def micro_batch(ctx: JobContext, data: Path, batch: int, gc_clock: GcClock) -> d
     return row
 
 
+def take_snapshot(ctx: JobContext, copy: Path, batch: int, data: Path) -> None:
+    """The whole home copied to `copy` with the embedded server stopped (its files are then consistent; the next use of
+    the warehouse starts it again), and in the copy each Delta table's data files it no longer uses deleted: the copy
+    holds what a lake keeps in use, not the replaced files the retention keeps for readers in flight. The copy says
+    which micro-batch and data set it follows (history-snapshot.json)."""
+    stop_server(ctx.settings)
+    ctx.reset_warehouse()
+    shutil.rmtree(copy, ignore_errors=True)
+    # -a: the server's files keep their owner
+    subprocess.run(["cp", "-a", str(ctx.settings.home), str(copy)], check=True)
+    for log_dir in sorted(copy.glob("lake/*/*/_delta_log")):
+        DeltaTable(str(log_dir.parent)).vacuum(0, dry_run=False, enforce_retention_duration=False)
+    (copy / "history-snapshot.json").write_text(json.dumps({"batch": batch, "data": str(data)}))
+    ctx.warehouse.ensure_objects(())
+
+
 def medians(rows: list[dict], keys: list[str]) -> dict[str, float]:
     return {k: statistics.median(r.get(k, 0.0) for r in rows) for k in keys}
+
+
+def load_batch1(data: Path, home: Path) -> None:
+    """Batch1 loaded into a new home by `streamdi load` (a process of its own)."""
+    env = {**os.environ, "STREAMDI_HOME": str(home), "STREAMDI_SPARK_REMOTE": "off"}
+    env.pop("DATABASE_URL", None)
+    load = [sys.executable, "-m", "streamdi.run.cli", "load", "--data", str(data), "--batch", "1"]
+    done = subprocess.run(load, cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"Batch1 did not load:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
 
 
 @app.command(help=__doc__.splitlines()[0])
@@ -105,41 +137,45 @@ def main(
     data: Annotated[Path | None, typer.Option(help="data set (generated here when it lacks the last batch)")] = None,
     home: Annotated[Path | None, typer.Option(help="scratch STREAMDI_HOME (default: temporary)")] = None,
     snapshot: Annotated[
-        list[int] | None, typer.Option(help="copy the lake after this micro-batch to <home>-lake-at-N (repeatable)")
+        list[int] | None, typer.Option(help="copy the home after this micro-batch to <home>-at-N (repeatable)")
     ] = None,
+    start: Annotated[
+        int, typer.Option(help="the first micro-batch; above 2: go on in --home (a snapshot's copy), no load first")
+    ] = 2,
+    out: Annotated[Path, typer.Option(help="every micro-batch's times, one JSON line each")] = OUT,
 ) -> None:
     data = data or Path(tempfile.gettempdir()) / f"streamdi-history-sf{sf:g}x{batches}"
     if not (data / f"Batch{batches}" / "BatchDate.txt").exists():
+        if start > 2:
+            raise SystemExit(f"{data} lacks Batch{batches}: give the data set the snapshot was made with")
         started = time.perf_counter()
         generate(Params(scale_factor=sf, batches=batches), data)
         print(f"generated SF {sf:g} with {batches} batches into {data} in {time.perf_counter() - started:.1f}s")
-    home = home or Path(tempfile.mkdtemp(prefix="streamdi-history-home-"))
-    shutil.rmtree(home, ignore_errors=True)
-    env = {**os.environ, "STREAMDI_HOME": str(home), "STREAMDI_SPARK_REMOTE": "off"}
-    env.pop("DATABASE_URL", None)
-    load = [sys.executable, "-m", "streamdi.run.cli", "load", "--data", str(data), "--batch", "1"]
-    done = subprocess.run(load, cwd=REPO, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"Batch1 did not load:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+    if start > 2:
+        if home is None or not (home / "lake").is_dir():
+            raise SystemExit("--start above 2 goes on in an existing home: give --home (a copy of a snapshot)")
+    else:
+        home = home or Path(tempfile.mkdtemp(prefix="streamdi-history-home-"))
+        shutil.rmtree(home, ignore_errors=True)
+        load_batch1(data, home)
     settings = Settings(home=home, spark_remote="off")
     ctx = JobContext(settings)
     ctx.spark  # noqa: B018 - start the JVM before the clock
     ctx.warehouse.ensure_objects(())  # and the embedded PostgreSQL server
-    OUT.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     gc_clock = GcClock()
     started = time.perf_counter()
-    with OUT.open("w") as out:
-        for batch in range(2, batches + 1):
+    with out.open("w") as lines:
+        for batch in range(start, batches + 1):
             row = micro_batch(ctx, data, batch, gc_clock)
             rows.append(row)
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            lines.write(json.dumps(row) + "\n")
+            lines.flush()
             if batch in (snapshot or []):
-                copy = home.with_name(f"{home.name}-lake-at-{batch}")
-                shutil.rmtree(copy, ignore_errors=True)
-                shutil.copytree(settings.lake_root, copy)
-                print(f"micro-batch {batch}: lake copied to {copy}", flush=True)
+                copy = home.with_name(f"{home.name}-at-{batch}")
+                take_snapshot(ctx, copy, batch, data)
+                print(f"micro-batch {batch}: home copied to {copy}", flush=True)
             if batch % 25 == 0 or batch == batches:
                 recent = statistics.median(r["seconds"] for r in rows[-25:])
                 print(
@@ -147,6 +183,8 @@ def main(
                     f"{time.perf_counter() - started:.0f} s so far",
                     flush=True,
                 )
+    if start > 2:
+        return  # a few micro-batches after a snapshot: bench/history_pair.py compares them
     keys = ["seconds", "cpu", "collect", "stage", "transform", "migrate", "after", "gc"]
     keys += ["T0", "T1", "T2", "T3", "T4", "AG", "DM"]
     early = medians([r for r in rows if r["batch"] in EARLY], keys)
