@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from schemas.model import Table
 from streamdi import row_order
+from streamdi.delta_log import CHANGE_DIR
 from streamdi.faults import fault_point
 from streamdi.parquet_stats import delta_stats, write_parquet
 
@@ -54,7 +55,6 @@ if TYPE_CHECKING:  # the handle and commit properties come from `streamdi.lake`,
 MAX_READ_BYTES = 64 * 1024 * 1024  # Parquet bytes of the files a MERGE may read here (~4x in memory; more: delta-rs)
 INSERTS_PER_LOOK = 4_096  # inserted rows compared with every file's ranges at once
 CHANGE_TYPE = "_change_type"
-CHANGE_DIR = "_change_data"
 
 Held = Callable[[str], pa.Table | None]  # a data file's rows when held in memory, else None
 Hold = Callable[[str, pa.Table], None]  # be given the rows of a data file just committed

@@ -65,6 +65,7 @@ from streamdi.delta_log import (
     last_checkpoint,
     log_version,
     remove_before,
+    remove_change_files,
     table_id,
 )
 from streamdi.delta_merge import merge_in_order, rows_per_file
@@ -1168,8 +1169,10 @@ class Lake:
         of replaying every commit file), delete the log's files before the previous checkpoint
         (`delta_log.remove_before`: the log keeps the commits since then, ~`checkpoint_every` to twice that, so its
         directory, which every catch-up of the table lists, does not grow with the table's age), and vacuum: delete
-        the data files the table stopped using (replaced by compaction or a MERGE) more than `retention_hours` ago.
-        Returns the data files deleted per table maintained (qualified name).
+        the data files the table stopped using (replaced by compaction or a MERGE) more than `retention_hours` ago,
+        and the change-data files of the commits the log no longer holds (`delta_log.remove_change_files`: no change
+        feed can read them; delta-rs's vacuum leaves them). Returns the files deleted per table maintained (qualified
+        name).
 
         The caller runs this only when nothing is pending in the batch log: every commit has then been read by what
         reads it afterwards (the transform's change feeds of its own micro-batch, the migration's feed up to the
@@ -1192,13 +1195,17 @@ class Lake:
                     delta.create_checkpoint()
                     remove_before(log_dir, previous)
                     removed = delta.vacuum(retention_hours, dry_run=False, enforce_retention_duration=False)
+                    changes = remove_change_files(path, retention_hours * 3600)
                     fault_point("lake.after_maintain")
                     version = delta.version()
             except Exception:  # noqa: BLE001 - one table that cannot be maintained must not stop the others
                 log.exception("could not maintain %s at %s; the next call tries again", name, path)
                 continue
-            log.info("maintained %s: checkpoint at v%s, %d unused data files deleted", name, version, len(removed))
-            done[name] = len(removed)
+            log.info(
+                "maintained %s: checkpoint at v%s, %d unused data files and %d change files deleted",
+                *(name, version, len(removed), changes),
+            )
+            done[name] = len(removed) + changes
         return done
 
     def to_arrow(self, table: Table, df: DataFrame | pa.Table) -> pa.Table:

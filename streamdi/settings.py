@@ -204,7 +204,8 @@ class Settings(BaseSettings):
     vacuum_retention_hours: int = Field(
         default=1,
         ge=0,
-        description="Vacuum deletes the data files a table stopped using more than this many hours ago. The log keeps "
+        description="Vacuum deletes the data files a table stopped using, and the change files of the commits the "
+        "log no longer holds, more than this many hours ago. The log keeps "
         "only the commits since the previous checkpoint, so no older snapshot can be opened anyway: the retention "
         "only has to outlast a reader already in flight (Delta's customary 7 days kept 4.4 GB of replaced files "
         "after 500 SF 1 micro-batches).",

@@ -970,9 +970,27 @@ COMPACT_IN_CHILD = (  # leaves with os._exit, as READ_IN_FRESH_PROCESS does
 )
 
 
-@pytest.mark.faults
 def parquet_on_disk(lake: Lake, table: Table) -> int:
     return sum(1 for _ in lake.path(table).glob("*.parquet"))
+
+
+def feed_in_order(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (r["_commit_version"], r["_change_type"], r["id"]))
+
+
+def change_files(lake: Lake, table: Table) -> set[str]:
+    return {p.name for p in (lake.path(table) / "_change_data").glob("*.parquet")}
+
+
+def change_files_named(lake: Lake, table: Table) -> set[str]:
+    """The change files the commits still in the log name (their `cdc` actions), read here from the JSON files."""
+    named = set()
+    for commit in (lake.path(table) / "_delta_log").glob("*.json"):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "cdc" in action:
+                named.add(action["cdc"]["path"].removeprefix("_change_data/"))
+    return named
 
 
 def test_maintain_checkpoints_and_vacuums_tables_far_enough_past_their_last_checkpoint(tmp_path):
@@ -1043,6 +1061,39 @@ def test_maintain_deletes_the_log_before_the_previous_checkpoint_and_readers_sti
     assert [c.txn_version for c in Lake(tmp_path).recent_history(table, 13)][-2:] == [12, 13]
 
 
+def test_maintain_deletes_the_change_files_of_the_commits_the_log_no_longer_holds(tmp_path):
+    """delta-rs's vacuum leaves `_change_data/` alone: `maintain` deletes the change files of the commits its log
+    cleanup took (no change feed can read them), once older than the retention; the kept commits' files stay and
+    their change feed reads as before."""
+    lake = Lake(tmp_path)
+    table = lake_table("changing")
+    lake.append(table, arrow_rows(table, [row(1), row(2)]), app_id="stage/x", version=1)
+    for batch in range(2, 14):  # each MERGE changes one row: one change file a commit
+        lake.upsert(table, arrow_rows(table, [row(1 + batch % 2, name=f"v{batch}")]), app_id="T0/x", version=batch)
+    assert len(change_files(lake, table)) == 12
+    assert lake.maintain(checkpoint_every=5, retention_hours=1) == {"warehouse.changing": 0}  # all younger than 1 h
+    assert len(change_files(lake, table)) == 12
+    lake.upsert(table, arrow_rows(table, [row(1, name="v14")]), app_id="T0/x", version=14)
+    newest = lake.version(table)
+    feed = feed_in_order(lake.changes(table, newest - 1, newest).to_pylist())
+    data_before = parquet_on_disk(lake, table)
+
+    deleted = lake.maintain(checkpoint_every=1, retention_hours=0)
+
+    kept = change_files(lake, table)
+    assert kept == change_files_named(lake, table)
+    assert parquet_on_disk(lake, table) == 1  # the replaced data files vacuumed too, and counted with the change files
+    assert deleted == {"warehouse.changing": (data_before - 1) + (13 - len(kept))}
+    first_kept = min(int(p.name[:20]) for p in (lake.path(table) / "_delta_log").glob("*.json"))
+    assert first_kept > 2 and 0 < len(kept) < 13  # the cleanup took commits with change files, and kept some
+    assert feed_in_order(lake.changes(table, newest - 1, newest).to_pylist()) == feed
+    assert sorted(lake.read_arrow(table).to_pylist(), key=lambda r: r["id"]) == [
+        row(1, name="v14"),
+        row(2, name="v13"),
+    ]
+
+
+@pytest.mark.faults
 def test_crash_after_compaction_keeps_the_rows_and_the_rerun_finds_nothing_to_do(tmp_path):
     lake = Lake(tmp_path)
     table = lake_table("crash_compact")
