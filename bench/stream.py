@@ -20,10 +20,10 @@ of the feed: bounded when they are alike), and the ratio against ~6 s per drippe
 bench/out/stream.json.
 
 Resources (a soak when the feed is long): every 5 s the service's memory (resident, with its Spark JVM and other
-children), its open files and the lake's size on disk; printed for the first and the last tenth of the feed (flat
-when alike) and written to bench/out/stream_resources.json. Lake maintenance follows the environment
-(`STREAMDI_CHECKPOINT_EVERY`, default 10, and `STREAMDI_VACUUM_RETENTION_HOURS`): retention 0 vacuums within a
-30-minute run.
+children; also per process, and the service's Arrow pool and resident tables from its status), its open files and
+the lake's size on disk; printed for the first and the last tenth of the feed (flat when alike) and written to
+bench/out/stream_resources.json. Lake maintenance follows the environment (`STREAMDI_CHECKPOINT_EVERY`, default 10,
+and `STREAMDI_VACUUM_RETENTION_HOURS`): retention 0 vacuums within a 30-minute run.
 """
 
 from __future__ import annotations
@@ -135,10 +135,16 @@ def main(
         while not done.wait(5.0):
             with contextlib.suppress(psutil.Error):
                 family = [process, *process.children(recursive=True)]
+                by_role: dict[str, float] = {}
+                for member in family:
+                    role = _role(member, service.pid)
+                    by_role[role] = round(by_role.get(role, 0.0) + member.memory_info().rss / 2**20, 1)
                 resources.append(
                     {
                         "t": round(time.perf_counter() - started, 1),
-                        "rss_mb": round(sum(p.memory_info().rss for p in family) / 2**20, 1),
+                        "rss_mb": round(sum(by_role.values()), 1),
+                        **{f"rss_mb_{role}": mb for role, mb in by_role.items()},
+                        **_service_memory(status_path),
                         "open_files": sum(p.num_fds() for p in family),
                         "lake_mb": round(_tree_bytes(home / "lake") / 2**20, 1),
                     }
@@ -247,14 +253,42 @@ def main(
         f"{max(early, default=0):.1f} s, in the last tenth {max(late, default=0):.1f} s"
     )
     (out / "stream_resources.json").write_text(json.dumps(resources, indent=1))
-    for name, unit in (("rss_mb", "MB resident (service, JVM)"), ("open_files", "open files"), ("lake_mb", "MB lake")):
-        first_tenth = [r[name] for r in resources if r["t"] <= tenth]
-        last_tenth = [r[name] for r in resources if fed - tenth <= r["t"] <= fed]
+    measures = [("rss_mb", "MB resident (service, JVM)")]
+    roles = sorted({k for r in resources for k in r if k.startswith("rss_mb_")})
+    measures += [(role, f"  of which {role.removeprefix('rss_mb_')}") for role in roles]
+    measures += [
+        ("arrow_mb_service", "  MiB in the service's Arrow pool"),
+        ("held_tables_mb_service", "    of which resident tables' rows"),
+    ]
+    measures += [("open_files", "open files"), ("lake_mb", "MB lake")]
+    for name, unit in measures:
+        first_tenth = [r[name] for r in resources if r["t"] <= tenth and name in r]
+        last_tenth = [r[name] for r in resources if fed - tenth <= r["t"] <= fed and name in r]
         if first_tenth and last_tenth:
             print(
                 f"  {unit}: first tenth of the feed {min(first_tenth):g}-{max(first_tenth):g}, last tenth "
-                f"{min(last_tenth):g}-{max(last_tenth):g}, largest {max(r[name] for r in resources):g}"
+                f"{min(last_tenth):g}-{max(last_tenth):g}, largest {max(r.get(name, 0) for r in resources):g}"
             )
+
+
+def _service_memory(status_path: Path) -> dict[str, float]:
+    """Arrow's pool and the resident tables' rows in the service, after its last micro-batch (its status file)."""
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        memory = json.loads(status_path.read_text()).get("memory") or {}
+        return {f"{name}_service": mb for name, mb in memory.items() if name != "resident_mb"}
+    return {}
+
+
+def _role(process, service_pid: int) -> str:
+    """What a process of the service's family is: the service itself, its Spark JVM, the Great Expectations server,
+    or its name."""
+    if process.pid == service_pid:
+        return "service"
+    if "java" in process.name():
+        return "jvm"
+    if any("gx_server" in part for part in process.cmdline()):
+        return "gx"
+    return process.name()
 
 
 def _tree_bytes(root: Path) -> int:

@@ -180,6 +180,11 @@ class Lake:
         self._gate: Callable[[], None] | None = None
         self._ungated = threading.local()
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the resident tables' rows this lake holds in memory (within its `resident_bytes`)."""
+        return self._file_rows.weight
+
     # ----------------------------------------------------------------------------------------- layout
     def path(self, table: Table) -> Path:
         return self.root / table.layer / table.name

@@ -27,7 +27,10 @@ import os
 import threading
 import time
 
+import psutil
 import pyarrow as pa
+
+MIB = 1024 * 1024
 
 
 def _malloc_trim():
@@ -73,3 +76,14 @@ def _every(seconds: float) -> None:
     while True:
         time.sleep(seconds)
         give_back()
+
+
+def footprint(held_bytes: int) -> dict[str, float]:
+    """This process's memory in MiB: resident (RSS), allocated in Arrow's default pool, and of that the rows of the
+    resident tables the lake holds (`held_bytes`, within `Settings.resident_mb`). For an always-on process's status:
+    RSS growing while the two others stay flat is memory outside Arrow (Python objects, delta-rs, the heaps)."""
+    return {
+        "resident_mb": round(psutil.Process().memory_info().rss / MIB, 1),
+        "arrow_mb": round(pa.total_allocated_bytes() / MIB, 1),
+        "held_tables_mb": round(held_bytes / MIB, 1),
+    }

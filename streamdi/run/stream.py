@@ -57,6 +57,7 @@ from streamdi.context import JobContext
 from streamdi.errors import causes
 from streamdi.generator.drip import manifest_path
 from streamdi.locks import HeldElsewhere, flocked_nowait, lake_lease
+from streamdi.memory import footprint
 from streamdi.parts import Part, missing_predecessors, part_of, parts_of
 from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
 from streamdi.run.stream_status import LOCK_FILE, STATUS_FILE, folder
@@ -105,6 +106,7 @@ class Status:
     halt: str | None = None
     error: str | None = None
     recent: list[dict] = field(default_factory=list)  # BatchLatency rows, oldest first
+    memory: dict = field(default_factory=dict)  # after the last micro-batch: `streamdi.memory.footprint`
 
 
 def _iso(moment: dt.datetime) -> str:
@@ -395,7 +397,7 @@ class StreamService:
             self.status.last_batch = batch_id
             if self.on_batch:
                 self.on_batch(latency)
-        self._set(processing=None)
+        self._set(processing=None, memory=footprint(self.ctx.lake.held_bytes))
 
     def _latency(self, batch_id: int) -> BatchLatency:
         """The batch's `streamdi.batch_metrics` row as seconds after its arrival."""

@@ -76,6 +76,7 @@ def summary(status: dict | None, running: bool) -> dict:
         "visible_p99_seconds": percentile(visible, 99),
         "cold_visible_seconds": cold[-1] if cold else None,  # the first micro-batch, if still among the recent
         "rows_per_second": rows_per_second(warm),
+        "memory": status.get("memory") or {},  # after the last micro-batch (`streamdi.memory.footprint`)
         "halt": status.get("halt"),
         "error": status.get("error"),
     }

@@ -154,6 +154,10 @@ def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_pa
     assert status.returncode == 0, status.stderr
     assert "not running (last state: stopped)" in status.stdout
     assert "latency, arrival -> visible" in status.stdout and "waiting: 0 file(s)" in status.stdout
+    assert "MiB resident" in status.stdout and "resident tables' rows" in status.stdout
+    memory = json.loads((home / "stream" / "status.json").read_text())["memory"]
+    assert memory["resident_mb"] > 100  # a Python process with pyarrow and the lake's handles
+    assert memory["arrow_mb"] >= 0 and 0 <= memory["held_tables_mb"] <= 1024  # within the default resident_mb
 
 
 def test_kill_9_and_sigterm_at_random_moments_then_restart_ends_like_the_whole_load(data, reference, tmp_path):

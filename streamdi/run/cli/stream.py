@@ -156,6 +156,12 @@ def stream_status() -> None:
             f"committed {last.get('committed')} s, visible {last.get('visible')} s after arrival; "
             + ", ".join(f"{stage} {t:.3f} s" for stage, t in last["seconds"].items())
         )
+    if brief["memory"]:
+        memory = brief["memory"]
+        console.print(
+            f"  memory after the last micro-batch: {memory['resident_mb']:g} MiB resident, {memory['arrow_mb']:g} MiB "
+            f"in Arrow's pool, {memory['held_tables_mb']:g} MiB of it resident tables' rows"
+        )
     if status.get("halt"):
         err.print(f"[red]  HALTED: {status['halt']}[/red] (see `streamdi batches`; `streamdi batch resume|skip`)")
     if status.get("error"):
