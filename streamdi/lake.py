@@ -1183,7 +1183,9 @@ class Lake:
         reads it afterwards (the transform's change feeds of its own micro-batch, the migration's feed up to the
         last migrated version), so no reader needs a removed file: the commits between a table's last migrated
         version and the log's first are then ones without data (compaction, vacuum), which the migrator passes over.
-        Older snapshots (time travel) are given up: the log holds the commits since the previous checkpoint. Like
+        Older snapshots (time travel) are given up: the log holds the commits since the previous checkpoint. The
+        checkpoints keep the tombstones of replaced files for `retention_hours` too (`_keep_tombstones_for`), not
+        Delta's 7 days. Like
         compaction it changes no rows, carries no app transaction, and runs under the table's commit lock; a table
         that cannot be maintained is logged and skipped. `checkpoint_every` 0 does nothing."""
         done: dict[str, int] = {}
@@ -1197,6 +1199,7 @@ class Lake:
                     continue
                 with self.lock(name), self._delta_at(path) as delta:
                     previous = last_checkpoint(log_dir)
+                    _keep_tombstones_for(delta, retention_hours)
                     delta.create_checkpoint()
                     remove_before(log_dir, previous)
                     removed = delta.vacuum(retention_hours, dry_run=False, enforce_retention_duration=False)
@@ -1355,6 +1358,20 @@ def _no_space(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return "No space left on device" in text or "os error 28" in text
+
+
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"  # how long a checkpoint keeps a replaced file's `remove`
+
+
+def _keep_tombstones_for(delta: DeltaTable, retention_hours: int) -> None:
+    """Make the table's checkpoints keep the tombstones (`remove` actions) of replaced files for `retention_hours`,
+    as long as the vacuum keeps the files, instead of Delta's default 7 days: every micro-batch replaces a few files
+    of a busy table, so a week of a stream would put ~100,000 tombstones in each of its checkpoints, which every open
+    of the table reads (delta-rs drops the expired ones when it writes a checkpoint). One metadata commit
+    (SET TBLPROPERTIES, no data: the migration and the change feeds pass over it) when the property differs."""
+    wanted = f"interval {retention_hours} hours"
+    if delta.metadata().configuration.get(TOMBSTONE_RETENTION) != wanted:
+        delta.alter.set_table_properties({TOMBSTONE_RETENTION: wanted})
 
 
 def _catch_up(path: Path, delta: DeltaTable) -> None:

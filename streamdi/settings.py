@@ -205,10 +205,10 @@ class Settings(BaseSettings):
         default=1,
         ge=0,
         description="Vacuum deletes the data files a table stopped using, and the change files of the commits the "
-        "log no longer holds, more than this many hours ago. The log keeps "
-        "only the commits since the previous checkpoint, so no older snapshot can be opened anyway: the retention "
-        "only has to outlast a reader already in flight (Delta's customary 7 days kept 4.4 GB of replaced files "
-        "after 500 SF 1 micro-batches).",
+        "log no longer holds, more than this many hours ago; the checkpoints keep their tombstones as long. The log "
+        "keeps only the commits since the previous checkpoint, so no older snapshot can be opened anyway: the "
+        "retention only has to outlast a reader already in flight (Delta's customary 7 days kept 4.4 GB of replaced "
+        "files after 500 SF 1 micro-batches).",
     )
     compact_small_files: int = Field(
         default=16,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
@@ -1012,6 +1013,13 @@ def test_maintain_checkpoints_and_vacuums_tables_far_enough_past_their_last_chec
     assert lake.maintain(checkpoint_every=5, retention_hours=0) == {"warehouse.maintained": 7}
 
     log_dir = lake.path(table) / "_delta_log"
+    checkpoint = max(log_dir.glob("*.checkpoint.parquet"))
+    tombstones = [r for r in pq.read_table(checkpoint).column("remove").to_pylist() if r]
+    assert tombstones == []  # kept as long as the retention (0 here), not Delta's 7 days
+    assert (
+        DeltaTable(str(lake.path(table))).metadata().configuration["delta.deletedFileRetentionDuration"]
+        == "interval 0 hours"
+    )
     assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] >= newest
     assert parquet_on_disk(lake, table) == 1  # only the file of the current snapshot
     assert lake.read_arrow(table).to_pylist() == rows
@@ -1041,7 +1049,7 @@ def test_maintain_deletes_the_log_before_the_previous_checkpoint_and_readers_sti
         lake.append(table, arrow_rows(table, [row(batch)]), app_id="stage/x", version=batch)
     assert lake.maintain(checkpoint_every=5, retention_hours=0) == {"warehouse.cleaned": 0}
     kept = Lake(tmp_path)
-    assert kept.read_arrow(table).num_rows == 6  # a handle at version 6, the first checkpoint
+    assert kept.read_arrow(table).num_rows == 6  # a handle at version 7, the first checkpoint
     log_dir = lake.path(table) / "_delta_log"
     assert sorted(p.name for p in log_dir.glob("*.json"))[0] == "00000000000000000000.json"  # none before: all kept
     for batch in range(7, 13):
@@ -1049,14 +1057,15 @@ def test_maintain_deletes_the_log_before_the_previous_checkpoint_and_readers_sti
 
     assert lake.maintain(checkpoint_every=5, retention_hours=0) == {"warehouse.cleaned": 0}
 
-    assert sorted(int(p.name[:20]) for p in log_dir.glob("*.json")) == list(range(6, 13))
-    assert sorted(int(p.name[:20]) for p in log_dir.glob("*.checkpoint.parquet")) == [6, 12]
+    # versions 1-6 the appends, 7 the first maintenance's tombstone retention (a commit without data), 8-13 the appends
+    assert sorted(int(p.name[:20]) for p in log_dir.glob("*.json")) == list(range(7, 14))
+    assert sorted(int(p.name[:20]) for p in log_dir.glob("*.checkpoint.parquet")) == [7, 13]
     everything = [row(b) for b in range(1, 13)]
     assert sorted(stale.read_arrow(table).to_pylist(), key=lambda r: r["id"]) == everything
     assert sorted(kept.read_arrow(table).to_pylist(), key=lambda r: r["id"]) == everything
     assert Lake(tmp_path).committed_version(table, "stage/x") == 12
-    assert [c.table_version for c in lake.history(table, after=2)] == list(range(6, 13))
-    assert [c.txn_version for c in lake.history(table, after=2)] == list(range(6, 13))
+    assert [c.table_version for c in lake.history(table, after=2)] == list(range(7, 14))
+    assert [c.txn_version for c in lake.history(table, after=2)] == [None, *range(7, 13)]
     lake.append(table, arrow_rows(table, [row(13)]), app_id="stage/x", version=13)
     assert [c.txn_version for c in Lake(tmp_path).recent_history(table, 13)][-2:] == [12, 13]
 
