@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from history import GOAL, medians  # bench/history.py, beside this script (its directory is first on sys.path)
 
 from streamdi.scripts import script_app
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out" / "history_pair.jsonl"
-GOAL = 1.2
 KEYS = ["seconds", "cpu", "collect", "stage", "transform", "migrate", "after", "T2", "T3", "T4", "AG", "DM"]
 
 app = script_app()
@@ -65,10 +65,6 @@ def go_on(snapshot: Path, batch: int, count: int, data: Path, scratch: Path, out
     return rows[1:]
 
 
-def medians(rows: list[dict]) -> dict[str, float]:
-    return {k: statistics.median(r.get(k, 0.0) for r in rows) for k in KEYS}
-
-
 @app.command(help=__doc__.splitlines()[0])
 def main(
     early: Annotated[Path, typer.Option(help="the snapshot after an early micro-batch (e.g. <home>-at-12)")],
@@ -95,16 +91,16 @@ def main(
                 kept[which] += got[which]
                 for row in got[which]:
                     lines.write(json.dumps({"round": round_, "history": which, **row}) + "\n")
-            ratio = medians(got["late"])["seconds"] / medians(got["early"])["seconds"]
-            ratios.append(ratio)
+            late_s, early_s = (statistics.median(r["seconds"] for r in got[w]) for w in ("late", "early"))
+            ratios.append(late_s / early_s)
             print(
-                f"round {round_ + 1}: micro-batch {late_batch + 2}.. {medians(got['late'])['seconds']:.3f} s, "
-                f"{early_batch + 2}.. {medians(got['early'])['seconds']:.3f} s: {ratio:.2f}x "
+                f"round {round_ + 1}: micro-batch {late_batch + 2}.. {late_s:.3f} s, "
+                f"{early_batch + 2}.. {early_s:.3f} s: {late_s / early_s:.2f}x "
                 f"({time.perf_counter() - started:.0f} s so far)",
                 flush=True,
             )
     shutil.rmtree(scratch, ignore_errors=True)
-    first, last = medians(kept["early"]), medians(kept["late"])
+    first, last = medians(kept["early"], KEYS), medians(kept["late"], KEYS)
     count = len(kept["early"])
     print(f"\nmedians of {count} micro-batches each, after micro-batch {early_batch} and after {late_batch} (seconds)")
     print(f"{'':<10} {'early':>8} {'late':>8} {'ratio':>7}")

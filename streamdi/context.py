@@ -11,8 +11,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from streamdi.collector import Listing
-from streamdi.lake import MIB, Lake
-from streamdi.memory import keep_giving_back, use_returning_pool
+from streamdi.lake import Lake
+from streamdi.memory import MIB, keep_giving_back, use_returning_pool
 from streamdi.settings import Settings
 
 if TYPE_CHECKING:

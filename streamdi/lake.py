@@ -74,6 +74,7 @@ from streamdi.faults import fault_point
 from streamdi.frames import FRAMES_KEPT, FrameCache, Kept
 from streamdi.lending import Lender
 from streamdi.locks import LOCK_DIR, flocked
+from streamdi.memory import MIB
 from streamdi.merge_bounds import key_bounds, target_bounds
 from streamdi.parquet_stats import ROW_GROUP_ROWS, delta_stats, write_parquet
 from streamdi.pools import kept_pool
@@ -108,7 +109,6 @@ DATASETS_KEPT = 64  # pyarrow datasets of table versions a Lake keeps for reuse 
 COMPACT_THREADS = 4  # tables `compact` looks at (and compacts) at once
 FOLDS_KEPT = 20_000  # per-file values of `Lake.fold_files` kept (a few per data file of the tables folded)
 RESIDENT_FILES_KEPT = 100_000  # data files of resident tables held in memory (bounded by their bytes in practice)
-MIB = 1024 * 1024
 RESIDENT_BYTES = 1024 * MIB  # default memory for the whole snapshots of resident tables (`Lake._whole`)
 ARROW_PER_PARQUET = 5  # a snapshot in Arrow takes up to about this many times its Parquet files (staged trades: 4.2)
 # A whole snapshot reads at 50-360 MiB of Parquet a second (SF 3's staged tables; the trades, with their strings,
