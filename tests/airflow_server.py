@@ -7,6 +7,7 @@ Connect server (the tasks' default), which `stop` stops with the embedded Postgr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -77,6 +78,11 @@ class AirflowServer:
         listed = self.api.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
         return {t["task_id"]: t for t in listed}
 
+    def busy_runs(self) -> list[str]:
+        """The DAG runs queued or running, of every DAG (e.g. the quality report an asset event triggered)."""
+        listed = self.api.get("/dags/~/dagRuns", params={"state": ["queued", "running"]}).json()["dag_runs"]
+        return [f"{r['dag_id']} {r['dag_run_id']}" for r in listed]
+
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:]
 
@@ -116,7 +122,12 @@ def start(home: Path, log_path: Path, extra_env: dict[str, str] | None = None) -
 def stop(server: AirflowServer) -> None:
     """Stop Airflow as Ctrl-C in a terminal does (SIGINT to the process group of `streamdi airflow`), then the home's
     embedded Spark Connect and PostgreSQL servers its tasks started. Airflow must have stopped cleanly: exit status 0,
-    not the 137 of the kill that follows a hang (`streamdi.airflow_cli.supervise`)."""
+    not the 137 of the kill that follows a hang (`streamdi.airflow_cli.supervise`). A user stops it once it is idle:
+    first the runs still queued or running finish (an asset-triggered quality report may start as a test ends; Airflow
+    waits for a running task on Ctrl-C, up to the supervisor's 60 s on a busy machine)."""
+    if server.api is not None and server.process.poll() is None:
+        with contextlib.suppress(TimeoutError):
+            wait_for("Airflow's runs to finish", lambda: not server.busy_runs(), 300, 3)
     stop_group(server.process, 120)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env["STREAMDI_HOME"] = str(server.home)
