@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from streamdi.collector import Listing
 from streamdi.lake import Lake
+from streamdi.landing_cleanup import Cleanup
 from streamdi.memory import MIB, keep_giving_back, use_returning_pool
 from streamdi.settings import Settings
 
@@ -44,6 +45,7 @@ class JobContext:
         )
         self._warehouse: Warehouse | None = None
         self.landing = Listing()  # what the process remembers of the landing zone between its collects
+        self.landing_cleanup = Cleanup()  # where its cleanups of finished micro-batches' files stopped
         use_returning_pool()  # Arrow's freed memory back to the system (`streamdi.memory`)
         keep_giving_back(settings.malloc_trim_seconds)  # the process's freed memory back to the system
         self._starting = threading.Lock()

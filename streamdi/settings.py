@@ -129,6 +129,15 @@ class Settings(BaseSettings):
         description="Seconds the stream service holds back a part whose predecessor has not arrived, before it "
         "cuts it into a micro-batch anyway (then missing_part_policy applies).",
     )
+    landing_retention_hours: float | None = Field(
+        default=168.0,
+        ge=0,
+        description="The landing files of a micro-batch whose every stage is done are deleted this many hours after "
+        "its migration (at a run's maintenance, at most every 10 minutes in a long-running process): its rows are in "
+        "the lake, its name and checksum in the batch log, so a later delivery of the same file is still passed over. "
+        "A skipped micro-batch's files, and a file rewritten since it was collected, are kept. 'off': keep every "
+        "landing file for good (the landing zone then grows with every delivery).",
+    )
     query_timeout: float = Field(
         default=300.0,
         ge=0,
@@ -230,6 +239,13 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("landing_retention_hours", mode="before")
+    @classmethod
+    def _off_is_none(cls, value):
+        if isinstance(value, str) and value.strip().lower() in ("off", "never", "none", ""):
+            return None
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _no_placeholder_in_url(cls, value: str | None) -> str | None:
@@ -291,6 +307,9 @@ class Settings(BaseSettings):
             "STREAMDI_QUERY_TIMEOUT": f"{self.query_timeout:g}",
             "STREAMDI_MISSING_PART_POLICY": self.missing_part_policy,
             "STREAMDI_MISSING_PART_GRACE": f"{self.missing_part_grace:g}",
+            "STREAMDI_LANDING_RETENTION_HOURS": "off"
+            if self.landing_retention_hours is None
+            else f"{self.landing_retention_hours:g}",
             "STREAMDI_LOADER_PASSWORD": secret if self.loader_password else "(unset)",
             "STREAMDI_READER_PASSWORD": secret if self.reader_password else "(unset)",
         }

@@ -24,6 +24,7 @@ from streamdi.batchlog import FINISHED, STAGES, BatchLog, Halt, wall_clock
 from streamdi.collector import CollectResult, collect
 from streamdi.context import JobContext
 from streamdi.faults import fault_point
+from streamdi.landing_cleanup import CHECK_EVERY_SECONDS, clean_landing
 from streamdi.locks import LakeBusy, lake_lease
 from streamdi.migrator import MigrationReport, TransformAbandoned, TransformProgress, migrate_batch
 from streamdi.pools import kept_pool
@@ -172,11 +173,29 @@ def compact_job(ctx: JobContext, *, written_only: bool = False) -> dict[str, int
 def maintain_job(ctx: JobContext, *, pending: list[tuple[int, str]] | None = None) -> dict[str, int]:
     """Checkpoint, clean up and vacuum the tables that are `checkpoint_every` commits past their last checkpoint
     (`Lake.maintain`), so a long-running lake stays small and quick to open. Only when nothing is pending in the
-    batch log (no reader still needs an older file); returns the data files deleted per table maintained.
+    batch log (no reader still needs an older file); then deletes the landing files of micro-batches finished
+    `landing_retention_hours` ago (`streamdi.landing_cleanup`). Returns the data files deleted per table maintained
+    and, as "landing", the landing files deleted.
     `pending`: what a caller that held the lease since it read the batch log knows is left (default: read here)."""
     if BatchLog(ctx.lake).pending() if pending is None else pending:
         return {}
-    return ctx.lake.maintain(ctx.settings.checkpoint_every, ctx.settings.vacuum_retention_hours)
+    done = ctx.lake.maintain(ctx.settings.checkpoint_every, ctx.settings.vacuum_retention_hours)
+    cleaned = _clean_landing(ctx)
+    if cleaned:
+        done["landing"] = cleaned
+    return done
+
+
+def _clean_landing(ctx: JobContext) -> int:
+    """`landing_cleanup.clean_landing` once per process run and then at most every `CHECK_EVERY_SECONDS` (the
+    retention is hours; a stream maintains after every micro-batch); the files it deleted."""
+    hours, cleanup = ctx.settings.landing_retention_hours, ctx.landing_cleanup
+    now = time.monotonic()
+    if hours is None or (cleanup.looked_at is not None and now - cleanup.looked_at < CHECK_EVERY_SECONDS):
+        return 0
+    cleanup.looked_at = now
+    landing = ctx.settings.landing_dir
+    return clean_landing(BatchLog(ctx.lake), landing, hours, now=wall_clock(), cleanup=cleanup).files
 
 
 def migrate_job(ctx: JobContext, batch_id: int, *, beside: Future[MigrationReport] | None = None) -> dict:

@@ -135,9 +135,13 @@ def assert_reference_warehouse(home: Path) -> None:
 
 def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
     # compaction of every table with 2 small files (the batch log's, the quality results') sits between the
-    # transform and the migration: the warehouse must be the reference one all the same
-    first = cli(home, "run", "--sample", extra_env={"STREAMDI_COMPACT_SMALL_FILES": "2"})
+    # transform and the migration: the warehouse must be the reference one all the same; with a retention of 0,
+    # the landing files are deleted once the micro-batch is migrated
+    env = {"STREAMDI_COMPACT_SMALL_FILES": "2", "STREAMDI_LANDING_RETENTION_HOURS": "0"}
+    first = cli(home, "run", "--sample", extra_env=env)
     assert first.returncode == 0, first.stderr
+    assert "landing zone: deleted 7 file(s) of micro-batches migrated more than 0 h ago" in first.stdout
+    assert [p for p in (home / "landing").rglob("*") if p.is_file()] == []
     assert "collected micro-batch 1 from" in first.stdout
     assert "batch 1 transform done in" in first.stdout
     # with the migration beside the transform, the lake is compacted once the batch is visible
@@ -149,10 +153,12 @@ def test_run_twice_gives_the_same_warehouse_and_reports_nothing_new(home: Path):
         ledger(home),
     )
 
+    # the sample delivered again: its files are registered (names and bytes), so nothing is collected twice
     second = cli(home, "run", "--sample")
     assert second.returncode == 0, second.stderr
-    assert "sample: delivered 0 file(s)" in second.stdout
+    assert "sample: delivered 7 file(s)" in second.stdout
     assert "nothing new arrived" in second.stdout
+    assert "landing zone: deleted" not in second.stdout  # the default keeps them a week
     assert delta_snapshot(home) == delta_after_first
     assert pg_snapshot(home) == pg_after_first
     assert ledger(home) == ledger_after_first

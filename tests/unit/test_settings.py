@@ -104,6 +104,21 @@ def test_compaction_threshold_defaults_to_16_small_files_and_0_turns_it_off(monk
         Settings()
 
 
+def test_landing_files_are_kept_a_week_after_their_migration_unless_set_or_turned_off(monkeypatch, tmp_path):
+    monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
+    monkeypatch.delenv("STREAMDI_LANDING_RETENTION_HOURS", raising=False)
+    assert Settings().landing_retention_hours == 168
+    monkeypatch.setenv("STREAMDI_LANDING_RETENTION_HOURS", "0.5")
+    assert Settings().landing_retention_hours == 0.5
+    for off in ("off", "OFF", "never"):
+        monkeypatch.setenv("STREAMDI_LANDING_RETENTION_HOURS", off)
+        assert Settings().landing_retention_hours is None
+        assert Settings().public_view()["STREAMDI_LANDING_RETENTION_HOURS"] == "off"
+    monkeypatch.setenv("STREAMDI_LANDING_RETENTION_HOURS", "-1")
+    with pytest.raises(ValueError, match="landing_retention_hours"):
+        Settings()
+
+
 def test_the_jvm_class_archive_is_used_unless_turned_off(monkeypatch, tmp_path):
     monkeypatch.setenv("STREAMDI_HOME", str(tmp_path))
     monkeypatch.delenv("STREAMDI_JVM_CLASS_ARCHIVE", raising=False)

@@ -95,6 +95,12 @@ def _process(settings: Settings, ctx=None, *, quiet_when_idle: bool = False):
         console.print(f"nothing new arrived in {settings.landing_dir}; every batch is already done.")
     for name in report.collected.changed:
         err.print(f"[yellow]warning: {name} changed after it was collected; ignored[/yellow]")
+    if report.maintained.get("landing"):
+        hours = f"{settings.landing_retention_hours:g}"
+        console.print(
+            f"landing zone: deleted {report.maintained['landing']} file(s) of micro-batches migrated more than "
+            f"{hours} h ago (STREAMDI_LANDING_RETENTION_HOURS)"
+        )
     return report
 
 
