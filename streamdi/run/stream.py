@@ -55,11 +55,10 @@ from streamdi.batchlog import BatchLog
 from streamdi.collector import Listing
 from streamdi.context import JobContext
 from streamdi.errors import causes
-from streamdi.generator.drip import manifest_path
 from streamdi.locks import HeldElsewhere, flocked_nowait, lake_lease
 from streamdi.memory import footprint
 from streamdi.parts import Part, missing_predecessors, part_of, parts_of
-from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
+from streamdi.run.stream_cuts import Manifests, Round, Trigger, held_parts, next_round, waiting_files
 from streamdi.run.stream_status import LOCK_FILE, STATUS_FILE, folder
 
 log = logging.getLogger(__name__)
@@ -149,7 +148,7 @@ class StreamService:
         self._seconds: dict[int, dict[str, float]] = {}  # micro-batch -> stage -> run time, until it is visible
         self._round: Round | None = None  # with a round cut: the round to cut next
         self._cutting = False  # whether the run in flight was started by the trigger (else: to finish pending work)
-        self._manifests: dict[int, tuple[int, dict[int, frozenset[str]]]] = {}  # batch -> (mtime, rounds)
+        self._manifests = Manifests(ctx.settings.landing_dir)  # the drip's, for round cuts
         self.status = Status(
             pid=os.getpid(),
             started_at=_iso(_utcnow()),
@@ -319,7 +318,8 @@ class StreamService:
         self._held = held_parts(sorted(names), self._parts, self._first_seen, now, self.grace)
         self.status.held_files = sorted(self._held)
         if self.trigger.cut == "round":
-            self._round = next_round(sorted(names), self._registered, self._held, self._declared())
+            declared, retired = self._manifests.declared(self._registered) if names else ({}, frozenset())
+            self._round = next_round(sorted(names), self._registered, self._held, declared, retired)
         return waiting
 
     def _fires(self, waiting: list[tuple[str, int, float]], now: float) -> bool:
@@ -333,33 +333,6 @@ class StreamService:
         return bool(ready) and self.trigger.fires(
             now - min(self._first_seen[f] for f, _, _ in ready), sum(size for _, size, _ in ready)
         )
-
-    def _declared(self) -> dict[int, dict[int, frozenset[str]]]:
-        """The drip manifests in the landing zone (`streamdi.generator.drip.manifest_path`): TPC-DI batch -> part
-        number -> its landing files (duplicates left out). A manifest is read again when it changes; one being
-        written is left out until the next look."""
-        meta = manifest_path(self.ctx.settings.landing_dir, 0).parent
-        out: dict[int, dict[int, frozenset[str]]] = {}
-        for path in sorted(meta.glob("batch*_manifest.json")) if meta.is_dir() else []:
-            try:
-                source_batch = int(path.name[len("batch") : -len("_manifest.json")])
-                mtime = path.stat().st_mtime_ns
-            except (ValueError, FileNotFoundError):
-                continue
-            cached = self._manifests.get(source_batch)
-            if cached is None or cached[0] != mtime:
-                try:
-                    deliveries = json.loads(path.read_text())["deliveries"]
-                except (json.JSONDecodeError, KeyError, OSError):
-                    continue  # being written: the next look reads it
-                rounds: dict[int, set[str]] = {}
-                for delivery in deliveries:
-                    if delivery.get("kind", "original") == "original":
-                        rounds.setdefault(int(delivery["part"]), set()).add(delivery["file"])
-                cached = (mtime, {n: frozenset(files) for n, files in rounds.items()})
-                self._manifests[source_batch] = cached
-            out[source_batch] = cached[1]
-        return out
 
     def _hold(self, new: list[str], registered: set[str]) -> set[str]:
         """The collector's `hold`: parts still waiting for their predecessor (see `held_parts`); a part released

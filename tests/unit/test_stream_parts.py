@@ -3,8 +3,10 @@ rows/s."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from streamdi.batchlog import percentile
 from streamdi.collector import Listing
 from streamdi.parts import parts_of
-from streamdi.run.stream_cuts import Round, Trigger, held_parts, next_round, waiting_files
+from streamdi.run.stream_cuts import Manifests, Round, Trigger, held_parts, next_round, waiting_files
 from streamdi.run.stream_status import rows_per_second, summary
 
 
@@ -85,13 +87,28 @@ def test_whole_files_are_a_round_of_their_own_and_an_undeclared_round_says_so():
     )
 
 
-def test_round_cuts_are_the_same_whatever_the_arrival_order_and_the_moments_of_the_cuts():
+def _write_manifests(landing: Path, feed: dict[tuple[int, int], set[str]], extra: dict | None = None) -> None:
+    """The drip's manifests of `feed` (`streamdi.generator.drip`'s format), a duplicate delivery in each."""
+    for batch in sorted({b for b, _ in feed}):
+        deliveries = [
+            {"file": f, "part": n, "kind": "original"} for (b, n), fs in feed.items() if b == batch for f in fs
+        ]
+        deliveries.append({"file": f"Trade_batch{batch}_0000_dup.txt", "part": 0, "kind": "duplicate"})
+        path = landing / "_drip" / f"batch{batch}_manifest.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"source_batch": batch, "deliveries": deliveries, **(extra or {})}))
+
+
+def test_round_cuts_are_the_same_whatever_the_arrival_order_and_the_moments_of_the_cuts(tmp_path: Path):
     """The service cuts a round once it is complete; the files arrive in 200 random orders and the service looks
-    at random moments (after 1..6 arrivals, as its speed would have it): always the same micro-batches."""
+    at random moments (after 1..6 arrivals, as its speed would have it): always the same micro-batches, whether the
+    manifests are given whole or read by `Manifests`, which retires a batch once all of its files are registered."""
     files = sorted(f for round_ in FEED.values() for f in round_)
     expected = [frozenset(FEED[key]) for key in sorted(FEED)]
+    _write_manifests(tmp_path, FEED)
     rng = random.Random(5)
-    for _ in range(200):
+    for trial in range(200):
+        manifests = Manifests(tmp_path) if trial % 2 else None
         arrivals = rng.sample(files, len(files))
         registered: set[str] = set()
         cuts = []
@@ -100,12 +117,48 @@ def test_round_cuts_are_the_same_whatever_the_arrival_order_and_the_moments_of_t
             arrived = min(len(files), arrived + rng.randint(1, 6))
             while True:  # every complete round is cut at this look, one micro-batch each
                 waiting = [f for f in arrivals[:arrived] if f not in registered]
-                chosen = next_round(waiting, registered, set(), DECLARED)
+                declared, retired = manifests.declared(registered) if manifests else (DECLARED, frozenset())
+                chosen = next_round(waiting, registered, set(), declared, retired)
                 if chosen is None or not chosen.complete:
                     break
                 cuts.append(chosen.files)
                 registered |= chosen.files
         assert cuts == expected
+
+
+def test_manifests_are_read_once_and_retired_once_every_file_they_declare_is_registered(tmp_path: Path):
+    manifests = Manifests(tmp_path, full_every=3600)
+    assert manifests.declared(set()) == ({}, frozenset())  # no manifest folder yet
+    _write_manifests(tmp_path, FEED)
+    declared, retired = manifests.declared(set())
+    assert declared == DECLARED and not retired  # the duplicate delivery is left out
+    batch2 = set().union(*(fs for (b, _), fs in FEED.items() if b == 2))
+    declared, retired = manifests.declared(batch2)
+    assert declared == {3: DECLARED[3]} and set(retired) == {2}
+    # a retired batch's round is still a declared one, and complete: its files are all in
+    assert next_round(["Trade_batch2_0000_dup.txt"], batch2, set(), declared, retired) == Round(
+        (2, 0), frozenset({"Trade_batch2_0000_dup.txt"}), True
+    )
+    assert next_round(["Trade_batch9_0000.txt"], batch2, set(), declared, retired).complete is None
+    # a manifest being written is left out until it can be read; a new one is found (its folder changed)
+    broken = tmp_path / "_drip" / "batch4_manifest.json"
+    broken.write_text('{"deliveries": [')
+    assert set(manifests.declared(batch2)[0]) == {3}
+    broken.write_text(json.dumps({"deliveries": [{"file": "Trade_batch4_0000.txt", "part": 0}]}))
+    assert manifests.declared(batch2)[0][4] == {0: frozenset({"Trade_batch4_0000.txt"})}
+    # a retired manifest rewritten in place is looked at again by the next whole look
+    rewritten = tmp_path / "_drip" / "batch2_manifest.json"
+    rewritten.write_text(json.dumps({"deliveries": [{"file": "Trade_batch2_0009.txt", "part": 9}]}))
+    os.utime(rewritten, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    assert 2 not in manifests.declared(batch2)[0]  # not before the whole look
+    manifests.full_every = 0
+    declared, retired = manifests.declared(batch2)
+    assert declared[2] == {9: frozenset({"Trade_batch2_0009.txt"})} and 2 not in retired
+    # a removed manifest is forgotten, retired or not
+    rewritten.unlink()
+    (tmp_path / "_drip" / "batch3_manifest.json").unlink()
+    declared, retired = manifests.declared(batch2)
+    assert set(declared) == {4} and not set(retired)
 
 
 def test_waiting_files_skips_registered_files_and_deliveries_in_progress(tmp_path: Path):
