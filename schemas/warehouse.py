@@ -79,6 +79,7 @@ SCD2 = (
 DIM_BROKER = Table(
     name="dimbroker",
     layer="warehouse",
+    resident=True,  # read in every micro-batch (T2's accounts, DM's checks), never rewritten after Batch1: held
     columns=(
         C("sk_brokerid", "bigint", False, "surrogate key"),
         C("brokerid", "bigint", False, "HR EmployeeID"),
@@ -100,6 +101,7 @@ DIM_BROKER = Table(
 DIM_COMPANY = Table(
     name="dimcompany",
     layer="warehouse",
+    resident=True,  # read in every micro-batch (FactMarketHistory, AG's routing, DM's checks): held
     columns=(
         C("sk_companyid", "bigint", False, "surrogate key"),
         C("companyid", "bigint", False, "CIK"),
@@ -128,6 +130,7 @@ DIM_COMPANY = Table(
 DIM_SECURITY = Table(
     name="dimsecurity",
     layer="warehouse",
+    resident=True,  # looked up by symbol in every micro-batch (T3, T4, AG, DM): held in a warm process
     columns=(
         C("sk_securityid", "bigint", False, "surrogate key"),
         C("symbol", "string", False),
@@ -175,6 +178,7 @@ FINANCIAL = Table(
 DIM_CUSTOMER = Table(
     name="dimcustomer",
     layer="warehouse",
+    resident=True,  # looked up by customer in every micro-batch (DimAccount, Prospect, FactWatches, AG, DM)
     columns=(
         C("sk_customerid", "bigint", False, "surrogate key"),
         C("customerid", "bigint", False),
@@ -217,6 +221,7 @@ DIM_CUSTOMER = Table(
 DIM_ACCOUNT = Table(
     name="dimaccount",
     layer="warehouse",
+    resident=True,  # looked up by account in every micro-batch (DimTrade, FactCashBalances, AG, DM): held
     columns=(
         C("sk_accountid", "bigint", False, "surrogate key"),
         C("accountid", "bigint", False),
@@ -313,6 +318,7 @@ PROSPECT = Table(
 FACT_CASH_BALANCES = Table(
     name="factcashbalances",
     layer="warehouse",
+    resident=True,  # T3 reads the stored balances of the micro-batch's accounts, scattered over the table
     columns=(
         C("sk_customerid", "bigint", False, "customer of the account version valid on the day"),
         C("sk_accountid", "bigint", False, "account version valid on the day"),
