@@ -90,3 +90,12 @@ def test_a_retention_of_zero_deletes_a_migrated_micro_batch_at_once_and_leaves_u
     assert clean_landing(batch_log, landing, 0, now=T).files == 2
     assert _there(landing) == ["Batch3/.B.txt.tmp", "Batch3/A.txt"]
     assert os.listdir(landing / "Batch2") == []  # directories stay (channels are directories too)
+
+
+def test_nothing_is_deleted_before_any_micro_batch_is_marked(tmp_path: Path):
+    landing = tmp_path / "landing"
+    batch_log = BatchLog(Lake(tmp_path / "lake"))
+    assert clean_landing(batch_log, landing, 0, now=T).files == 0  # no batch log at all
+    _micro_batch(batch_log, landing, 2)  # registered, no event yet
+    assert clean_landing(batch_log, landing, 0, now=T).files == 0
+    assert _there(landing) == ["Batch2/A.txt", "Batch2/B.txt"]
