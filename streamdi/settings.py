@@ -133,8 +133,9 @@ class Settings(BaseSettings):
         default=168.0,
         ge=0,
         description="The landing files of a micro-batch whose every stage is done are deleted this many hours after "
-        "its migration (at a run's maintenance, at most every 10 minutes in a long-running process): its rows are in "
-        "the lake, its name and checksum in the batch log, so a later delivery of the same file is still passed over. "
+        "its migration (at a run's maintenance; a long-running process looks every tenth of it, 10 minutes at most, "
+        "0: after every micro-batch): its rows are in the lake, its name and checksum in the batch log, so a later "
+        "delivery of the same file is still passed over. "
         "A skipped micro-batch's files, and a file rewritten since it was collected, are kept. 'off': keep every "
         "landing file for good (the landing zone then grows with every delivery).",
     )

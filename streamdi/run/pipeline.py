@@ -187,11 +187,15 @@ def maintain_job(ctx: JobContext, *, pending: list[tuple[int, str]] | None = Non
 
 
 def _clean_landing(ctx: JobContext) -> int:
-    """`landing_cleanup.clean_landing` once per process run and then at most every `CHECK_EVERY_SECONDS` (the
-    retention is hours; a stream maintains after every micro-batch); the files it deleted."""
+    """`landing_cleanup.clean_landing` at a process's first maintenance, then (a stream maintains after every
+    micro-batch) at most every tenth of the retention, and every `CHECK_EVERY_SECONDS` at the most; the files it
+    deleted."""
     hours, cleanup = ctx.settings.landing_retention_hours, ctx.landing_cleanup
     now = time.monotonic()
-    if hours is None or (cleanup.looked_at is not None and now - cleanup.looked_at < CHECK_EVERY_SECONDS):
+    if hours is None:
+        return 0
+    every = min(CHECK_EVERY_SECONDS, hours * 3600 / 10)
+    if cleanup.looked_at is not None and now - cleanup.looked_at < every:
         return 0
     cleanup.looked_at = now
     landing = ctx.settings.landing_dir

@@ -106,6 +106,7 @@ class Status:
     error: str | None = None
     recent: list[dict] = field(default_factory=list)  # BatchLatency rows, oldest first
     memory: dict = field(default_factory=dict)  # after the last micro-batch: `streamdi.memory.footprint`
+    landing_deleted: int = 0  # landing files of finished micro-batches deleted since the start (`landing_cleanup`)
 
 
 def _iso(moment: dt.datetime) -> str:
@@ -244,6 +245,7 @@ class StreamService:
                         log.warning("the stream goes on after %s failed attempt(s)", failures)
                         failures = 0
                         self._set(error=None)
+                    self.status.landing_deleted += report.maintained.get("landing", 0)
                     self._registered.update(f.file for f in report.collected.files)
                     self._registered.update(report.collected.changed)
                     self._parts |= parts_of(f.file for f in report.collected.files)

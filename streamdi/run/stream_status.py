@@ -77,6 +77,7 @@ def summary(status: dict | None, running: bool) -> dict:
         "cold_visible_seconds": cold[-1] if cold else None,  # the first micro-batch, if still among the recent
         "rows_per_second": rows_per_second(warm),
         "memory": status.get("memory") or {},  # after the last micro-batch (`streamdi.memory.footprint`)
+        "landing_deleted": status.get("landing_deleted", 0),  # landing files of finished micro-batches deleted
         "halt": status.get("halt"),
         "error": status.get("error"),
     }

@@ -102,11 +102,13 @@ def stage_details(home: Path) -> list[dict]:
 def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_path):
     """Batch2 dripped with disorder, late pieces and duplicated pieces while the service runs, cut in rounds: the
     same warehouse as the whole load; each micro-batch is one round of parts, in order, whatever the disorder;
-    every duplicate is named in the batch log and not staged; the status shows the latency."""
+    every duplicate is named in the batch log and not staged; the status shows the latency. With a landing retention
+    of 0, each micro-batch's files are deleted once it is visible, while later, late and duplicated parts still
+    arrive: nothing reads them again."""
     expected, _, after_batch1 = reference
     home = tmp_path / "home"
     copy_home(after_batch1, home)
-    service = start_stream(home, "--idle-exit", "4", "--cut", "round")
+    service = start_stream(home, "--idle-exit", "4", "--cut", "round", env={"STREAMDI_LANDING_RETENTION_HOURS": "0"})
     options = DripOptions(parts=8, disorder=0.3, late=0.2, duplicates=0.25, seed=7)
     deliveries = feed(data, home, options, rate=25)
     assert wait(service) == 0, output(service)
@@ -155,6 +157,10 @@ def test_a_faulty_drip_streamed_ends_like_the_whole_load(data, reference, tmp_pa
     assert "not running (last state: stopped)" in status.stdout
     assert "latency, arrival -> visible" in status.stdout and "waiting: 0 file(s)" in status.stdout
     assert "MiB resident" in status.stdout and "resident tables' rows" in status.stdout
+    registered = [f.file for b in batch_log.batch_ids() for f in batch_log.files(b)]
+    assert [f for f in registered if (home / "landing" / f).exists()] == []
+    assert json.loads((home / "stream" / "status.json").read_text())["landing_deleted"] == len(registered)
+    assert f"landing zone: {len(registered)} file(s) of finished micro-batches deleted" in status.stdout
     memory = json.loads((home / "stream" / "status.json").read_text())["memory"]
     assert memory["resident_mb"] > 100  # a Python process with pyarrow and the lake's handles
     assert memory["arrow_mb"] >= 0 and 0 <= memory["held_tables_mb"] <= 1024  # within the default resident_mb

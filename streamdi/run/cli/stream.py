@@ -162,6 +162,11 @@ def stream_status() -> None:
             f"  memory after the last micro-batch: {memory['resident_mb']:g} MiB resident, {memory['arrow_mb']:g} MiB "
             f"in Arrow's pool, {memory['held_tables_mb']:g} MiB of it resident tables' rows"
         )
+    if brief["landing_deleted"]:
+        console.print(
+            f"  landing zone: {brief['landing_deleted']} file(s) of finished micro-batches deleted since the start "
+            "(STREAMDI_LANDING_RETENTION_HOURS)"
+        )
     if status.get("halt"):
         err.print(f"[red]  HALTED: {status['halt']}[/red] (see `streamdi batches`; `streamdi batch resume|skip`)")
     if status.get("error"):
