@@ -320,12 +320,16 @@ class BatchLog:
         todo = self.pending()
         return todo[0] if todo else None
 
-    def done_times(self) -> dict[tuple[int, str], dt.datetime]:
-        """When each (batch, stage) was last marked done."""
+    def done_times(self, *, stage: str | None = None, after: int = 0) -> dict[tuple[int, str], dt.datetime]:
+        """When each (batch, stage) was last marked done; only `stage`'s and the batches after `after` when given (a
+        read the log's files skip by their statistics)."""
+        wanted = (pc.field("state") == DONE) & (pc.field("batch_id") > after)
+        if stage is not None:
+            wanted &= pc.field("stage") == stage
         done: dict[tuple[int, str], dt.datetime] = {}
-        for r in self.lake.read_arrow(BATCH_EVENTS).to_pylist():
-            if r["state"] == DONE:
-                done[(r["batch_id"], r["stage"])] = r["at"]
+        for r in self.lake.read_where(BATCH_EVENTS, wanted, ["batch_id", "stage", "at"]).to_pylist():
+            key = (r["batch_id"], r["stage"])
+            done[key] = max(r["at"], done.get(key, r["at"]))
         return done
 
     def done_details(self, stage: str) -> dict[int, dict]:

@@ -22,9 +22,6 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow.compute as pc
-
-from schemas.platform import BATCH_EVENTS
 from streamdi.batchlog import BatchFile, BatchLog
 from streamdi.batchlog_index import DONE, SKIPPED, STAGES
 
@@ -56,15 +53,15 @@ def clean_landing(
     than `retention_hours` before `now`, as the module's text says; `cleanup` carries where the last call of this
     process stopped (and is moved on)."""
     cleanup = cleanup if cleanup is not None else Cleanup()
-    progress = batch_log.progress()
+    logged = batch_log.states()
     batches = [b for b in batch_log.batch_ids() if b > cleanup.through]
     if not batches:
         return Cleaned()
-    finished_at = _migrated_at(batch_log, cleanup.through)
+    finished_at = {b: at for (b, _), at in batch_log.done_times(stage="migrate", after=cleanup.through).items()}
     cutoff = now - dt.timedelta(hours=retention_hours)
     deleted, size, cleaned = 0, 0, []
     for batch_id in batches:
-        states = [progress.states.get((batch_id, stage)) for stage in STAGES]
+        states = [logged.get((batch_id, stage)) for stage in STAGES]
         if SKIPPED in states and all(s in (DONE, SKIPPED) for s in states):
             cleanup.through = batch_id  # an operator's skip: its files stay
             continue
@@ -83,16 +80,6 @@ def clean_landing(
             *(deleted, size / 1e6, cleaned[0], cleaned[-1], retention_hours),
         )
     return Cleaned(deleted, size, cleaned)
-
-
-def _migrated_at(batch_log: BatchLog, after: int) -> dict[int, dt.datetime]:
-    """When each micro-batch after `after` last had its migration marked done."""
-    condition = (pc.field("batch_id") > after) & (pc.field("stage") == "migrate") & (pc.field("state") == DONE)
-    rows = batch_log.lake.read_where(BATCH_EVENTS, condition, ["batch_id", "at"]).to_pylist()
-    out: dict[int, dt.datetime] = {}
-    for row in rows:
-        out[row["batch_id"]] = max(row["at"], out.get(row["batch_id"], row["at"]))
-    return out
 
 
 def _remove(landing: Path, registered: BatchFile) -> bool:
